@@ -1,0 +1,321 @@
+"""The throughput model: what a policy sees (`PolicyInput`) and what it returns (`Allocation`).
+
+This module owns the plain data that crosses the narrow waist between the
+throughput estimator, the policies and the mechanism.  Everything is numpy
+arrays indexed by job (rows, in `job_ids` order) and worker type (columns, in
+`worker_types` order); nothing here knows about Slurm, cvxpy or files.
+
+Conventions
+-----------
+* Throughputs are in steps per second.  A missing or infeasible entry (the job
+  does not fit that GPU, or it was never measured and no estimate exists) is
+  NaN or 0; the policies fix the matching allocation entry at 0.
+* A job whose scale factor exceeds the number of GPUs of a type cannot run on
+  that type either.
+* Space sharing: each pair row names two jobs (indices into `job_ids`) and, per
+  worker type, the two jobs' throughputs while they share one GPU each of
+  `scale_factor` GPUs.  ``(0, 0)`` or NaN means the pair cannot share that type.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .errors import InputError
+
+ENTITY_POLICIES = ("fairness", "fifo")
+
+
+@dataclass(frozen=True)
+class PolicyInput:
+    """Jobs x worker types, plus the per-job and per-type facts policies need."""
+
+    worker_types: tuple[str, ...]
+    counts: np.ndarray                 # (k,) GPUs of each type
+    job_ids: tuple[str, ...]
+    throughputs: np.ndarray            # (n, k) steps/s when running alone; NaN/0 = cannot run
+    scale_factors: np.ndarray          # (n,) GPUs per job
+    weights: np.ndarray                # (n,) > 0
+    prices: np.ndarray = None          # (k,) $ per GPU-hour, NaN where unknown
+    entities: tuple[str, ...] = None   # (n,) for hierarchical policies
+    steps_remaining: np.ndarray = None     # (n,) NaN where unknown
+    time_since_arrival: np.ndarray = None  # (n,) seconds
+    slo: np.ndarray = None             # (n,) seconds after arrival by which the job should finish; NaN = none
+    pair_jobs: np.ndarray = None       # (P, 2) job indices
+    pair_throughputs: np.ndarray = None    # (P, k, 2) steps/s of each member while sharing
+    entity_weights: Mapping[str, float] = field(default_factory=dict)
+    entity_policies: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        n, k = len(self.job_ids), len(self.worker_types)
+        fill = {
+            "prices": np.full(k, np.nan),
+            "entities": ("default",) * n,
+            "steps_remaining": np.full(n, np.nan),
+            "time_since_arrival": np.zeros(n),
+            "slo": np.full(n, np.nan),
+            "pair_jobs": np.zeros((0, 2), dtype=np.int64),
+            "pair_throughputs": np.zeros((0, k, 2)),
+        }
+        for name, default in fill.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        as_float = ("counts", "throughputs", "weights", "prices", "steps_remaining",
+                    "time_since_arrival", "slo", "pair_throughputs")
+        for name in as_float:
+            object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=float))
+        object.__setattr__(self, "scale_factors", np.asarray(self.scale_factors, dtype=np.int64))
+        object.__setattr__(self, "pair_jobs", np.asarray(self.pair_jobs, dtype=np.int64).reshape(-1, 2))
+        object.__setattr__(self, "pair_throughputs",
+                           self.pair_throughputs.reshape(len(self.pair_jobs), k, 2))
+        self._check()
+
+    # -- validation ---------------------------------------------------------
+    def _check(self):
+        n, k = len(self.job_ids), len(self.worker_types)
+        if k == 0:
+            raise InputError("worker_types", "no worker types given")
+        if len(set(self.worker_types)) != k:
+            raise InputError("worker_types", "duplicate worker type names")
+        if len(set(self.job_ids)) != n:
+            dup = next(j for j in self.job_ids if self.job_ids.count(j) > 1)
+            raise InputError(f"jobs[{dup}].id", "duplicate job id")
+        shapes = {"counts": (k,), "throughputs": (n, k), "scale_factors": (n,),
+                  "weights": (n,), "prices": (k,), "steps_remaining": (n,),
+                  "time_since_arrival": (n,), "slo": (n,)}
+        for name, shape in shapes.items():
+            if getattr(self, name).shape != shape:
+                raise InputError(name, f"has shape {getattr(self, name).shape}, expected {shape}")
+        if len(self.entities) != n:
+            raise InputError("entities", f"has {len(self.entities)} entries, expected {n}")
+        for j, wt in enumerate(self.worker_types):
+            if not (self.counts[j] >= 0 and math.isfinite(self.counts[j])):
+                raise InputError(f"worker_types.{wt}.count", "must be a number >= 0")
+            if self.prices[j] < 0:
+                raise InputError(f"worker_types.{wt}.price_per_hour", "must be >= 0")
+        per_job = (("scale_factor", self.scale_factors, lambda v: v >= 1, "must be an integer >= 1"),
+                   ("weight", self.weights, lambda v: v > 0 and math.isfinite(v), "must be > 0"),
+                   ("steps_remaining", self.steps_remaining, lambda v: not v < 0, "must be >= 0"),
+                   ("time_since_arrival", self.time_since_arrival,
+                    lambda v: v >= 0 and math.isfinite(v), "must be >= 0"),
+                   ("slo", self.slo, lambda v: not v <= 0, "must be > 0"))
+        for name, values, ok, problem in per_job:
+            for i, v in enumerate(values):
+                if not ok(v):
+                    raise InputError(f"jobs[{self.job_ids[i]}].{name}", f"{problem}, got {v}")
+        for i, j in np.argwhere(self.throughputs < 0):
+            raise InputError(f"jobs[{self.job_ids[i]}].throughputs.{self.worker_types[j]}",
+                             f"must be >= 0, got {self.throughputs[i, j]}")
+        fits = self.feasible.any(axis=1)
+        if not fits.all():
+            i = int(np.argmin(fits))
+            raise InputError(f"jobs[{self.job_ids[i]}]",
+                             f"fits no worker type (scale factor {self.scale_factors[i]}, "
+                             f"throughputs {self._row(i)})")
+        if len(self.pair_jobs):
+            if (self.pair_jobs < 0).any() or (self.pair_jobs >= n).any():
+                raise InputError("pairs", "a pair names a job index out of range")
+            a, b = self.pair_jobs.T
+            if (a == b).any():
+                raise InputError("pairs", "a job cannot be paired with itself")
+            if (self.scale_factors[a] != self.scale_factors[b]).any():
+                p = int(np.argmax(self.scale_factors[a] != self.scale_factors[b]))
+                raise InputError(f"pairs[{p}]", "the two jobs must have the same scale factor")
+            if (self.pair_throughputs < 0).any():
+                raise InputError("pairs", "pair throughputs must be >= 0")
+        for entity in set(self.entities):
+            if self.entity_weights.get(entity, 1.0) <= 0:
+                raise InputError(f"entities.{entity}.weight", "must be > 0")
+            if self.entity_policies.get(entity, "fairness") not in ENTITY_POLICIES:
+                raise InputError(f"entities.{entity}.policy", f"must be one of {ENTITY_POLICIES}")
+
+    def _row(self, i):
+        return {wt: float(self.throughputs[i, j]) for j, wt in enumerate(self.worker_types)}
+
+    # -- derived views ------------------------------------------------------
+    @property
+    def n_jobs(self) -> int:
+        return len(self.job_ids)
+
+    @property
+    def n_types(self) -> int:
+        return len(self.worker_types)
+
+    @property
+    def feasible(self) -> np.ndarray:
+        """(n, k) bool: the job can run on the type (known positive throughput, enough GPUs)."""
+        t = np.nan_to_num(self.throughputs, nan=0.0)
+        return (t > 0) & (self.scale_factors[:, None] <= self.counts[None, :])
+
+    @property
+    def solo_throughputs(self) -> np.ndarray:
+        """(n, k) throughputs with every infeasible entry set to exactly 0."""
+        return np.where(self.feasible, np.nan_to_num(self.throughputs, nan=0.0), 0.0)
+
+    @property
+    def pair_feasible(self) -> np.ndarray:
+        """(P, k) bool: both members of the pair make progress together on the type, and it fits."""
+        t = np.nan_to_num(self.pair_throughputs, nan=0.0)
+        sf = self.scale_factors[self.pair_jobs[:, 0]]
+        return (t > 0).all(axis=2) & (sf[:, None] <= self.counts[None, :])
+
+    @property
+    def shared_throughputs(self) -> np.ndarray:
+        """(P, k, 2) pair throughputs with infeasible entries set to 0."""
+        t = np.nan_to_num(self.pair_throughputs, nan=0.0)
+        return np.where(self.pair_feasible[:, :, None], t, 0.0)
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.pair_jobs)
+
+    def without_pairs(self) -> "PolicyInput":
+        return replace(self, pair_jobs=np.zeros((0, 2), dtype=np.int64),
+                       pair_throughputs=np.zeros((0, self.n_types, 2)))
+
+    def with_throughputs(self, throughputs, pair_throughputs=None) -> "PolicyInput":
+        return replace(self, throughputs=throughputs,
+                       pair_throughputs=self.pair_throughputs if pair_throughputs is None
+                       else pair_throughputs)
+
+    def type_blind(self) -> "PolicyInput":
+        """The same input as a heterogeneity-agnostic scheduler sees it.
+
+        Every job runs at the same speed on every type it fits: its mean
+        throughput over those types (so that steps, times and SLOs keep their
+        units).  Pairs likewise.  Infeasible entries stay infeasible.
+        """
+        solo = self.solo_throughputs
+        feasible = self.feasible
+        mean = solo.sum(axis=1) / np.maximum(feasible.sum(axis=1), 1)
+        blind = np.where(feasible, mean[:, None], 0.0)
+        shared = self.shared_throughputs
+        pf = self.pair_feasible
+        pmean = shared.sum(axis=1) / np.maximum(pf.sum(axis=1), 1)[:, None]
+        pblind = np.where(pf[:, :, None], pmean[:, None, :], 0.0)
+        return self.with_throughputs(blind, pblind)
+
+    def isolated_allocation(self) -> np.ndarray:
+        """(n, k) the isolated allocation: every job gets 1/n of each type's GPUs.
+
+        A job of scale factor s holding a 1/n share of a type's GPUs runs a
+        fraction count/(n*s) of the time there.  Where some job's time would
+        exceed 1, every row is scaled down by the same factor, so that all
+        jobs keep an equal share (sharing incentive is measured against this).
+        """
+        n = self.n_jobs
+        if n == 0:
+            return np.zeros((0, self.n_types))
+        x = np.where(self.feasible,
+                     self.counts[None, :] / (n * self.scale_factors[:, None]), 0.0)
+        return x / max(1.0, x.sum(axis=1).max())
+
+    def isolated_throughputs(self) -> np.ndarray:
+        """(n,) each job's throughput under `isolated_allocation`."""
+        return (self.solo_throughputs * self.isolated_allocation()).sum(axis=1)
+
+    def fastest_throughputs(self) -> np.ndarray:
+        """(n,) each job's throughput on its fastest feasible type."""
+        return self.solo_throughputs.max(axis=1)
+
+    def arrival_order(self) -> np.ndarray:
+        """(n,) rank of each job by arrival, earliest first (ties by input order)."""
+        order = np.lexsort((np.arange(self.n_jobs), -self.time_since_arrival))
+        rank = np.empty(self.n_jobs, dtype=np.int64)
+        rank[order] = np.arange(self.n_jobs)
+        return rank
+
+    def require(self, field_name: str, policy: str):
+        """Raise InputError unless every job has a value for `field_name`."""
+        values = getattr(self, field_name)
+        missing = np.isnan(values)
+        if missing.any():
+            i = int(np.argmax(missing))
+            raise InputError(f"jobs[{self.job_ids[i]}].{field_name}",
+                             f"is required by policy {policy}")
+
+    def subset(self, rows: Sequence[int]) -> "PolicyInput":
+        """The input restricted to some jobs (pairs of dropped jobs go too)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        remap = np.full(self.n_jobs, -1)
+        remap[rows] = np.arange(len(rows))
+        keep = (remap[self.pair_jobs] >= 0).all(axis=1) if self.n_pairs else np.zeros(0, bool)
+        return replace(
+            self, job_ids=tuple(self.job_ids[i] for i in rows),
+            throughputs=self.throughputs[rows], scale_factors=self.scale_factors[rows],
+            weights=self.weights[rows], entities=tuple(self.entities[i] for i in rows),
+            steps_remaining=self.steps_remaining[rows],
+            time_since_arrival=self.time_since_arrival[rows], slo=self.slo[rows],
+            pair_jobs=remap[self.pair_jobs[keep]], pair_throughputs=self.pair_throughputs[keep])
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The policy's answer: the fraction of wall-clock time each job (or pair) should get on each type."""
+
+    job_ids: tuple[str, ...]
+    worker_types: tuple[str, ...]
+    x: np.ndarray                      # (n, k) single-job rows
+    policy: str
+    objective: float = float("nan")
+    solve_seconds: float = 0.0
+    pair_jobs: np.ndarray = None       # (P, 2) job indices
+    x_pairs: np.ndarray = None         # (P, k)
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.pair_jobs is None:
+            object.__setattr__(self, "pair_jobs", np.zeros((0, 2), dtype=np.int64))
+        if self.x_pairs is None:
+            object.__setattr__(self, "x_pairs", np.zeros((0, len(self.worker_types))))
+
+    def time_fractions(self) -> np.ndarray:
+        """(n,) total time share of each job (its rows, single and paired)."""
+        total = self.x.sum(axis=1)
+        paired = self.x_pairs.sum(axis=1)
+        np.add.at(total, self.pair_jobs[:, 0], paired)
+        np.add.at(total, self.pair_jobs[:, 1], paired)
+        return total
+
+    def gpus_used(self, scale_factors: np.ndarray) -> np.ndarray:
+        """(k,) GPUs of each type the allocation occupies on average."""
+        used = self.x.T @ scale_factors
+        if len(self.pair_jobs):
+            used = used + self.x_pairs.T @ scale_factors[self.pair_jobs[:, 0]]
+        return used
+
+    def effective_throughputs(self, inp: PolicyInput) -> np.ndarray:
+        """(n,) steps/s each job makes under this allocation with the (true) throughputs of `inp`."""
+        thr = (inp.solo_throughputs * self.x).sum(axis=1)
+        if len(self.pair_jobs):
+            shared = inp.shared_throughputs
+            index = {tuple(p): r for r, p in enumerate(inp.pair_jobs.tolist())}
+            for r, (a, b) in enumerate(self.pair_jobs.tolist()):
+                s = index.get((a, b))
+                ta, tb = (shared[s, :, 0], shared[s, :, 1]) if s is not None else (
+                    shared[index[(b, a)], :, 1], shared[index[(b, a)], :, 0])
+                thr[a] += ta @ self.x_pairs[r]
+                thr[b] += tb @ self.x_pairs[r]
+        return thr
+
+    def as_dict(self, inp: PolicyInput | None = None) -> dict:
+        """Plain JSON-ready form: allocation per job (and pair) per type."""
+        out = {"policy": self.policy,
+               "allocation": {jid: {wt: float(self.x[i, j]) for j, wt in enumerate(self.worker_types)}
+                              for i, jid in enumerate(self.job_ids)}}
+        if len(self.pair_jobs):
+            out["pair_allocation"] = [
+                {"jobs": [self.job_ids[a], self.job_ids[b]],
+                 "allocation": {wt: float(self.x_pairs[r, j]) for j, wt in enumerate(self.worker_types)}}
+                for r, (a, b) in enumerate(self.pair_jobs.tolist()) if self.x_pairs[r].sum() > 0]
+        if inp is not None:
+            out["effective_throughput"] = dict(zip(self.job_ids,
+                                                   map(float, self.effective_throughputs(inp))))
+        out["objective"] = None if math.isnan(self.objective) else float(self.objective)
+        out["solve_seconds"] = float(self.solve_seconds)
+        if self.info:
+            out["info"] = dict(self.info)
+        return out

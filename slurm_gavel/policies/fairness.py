@@ -1,0 +1,68 @@
+"""Fairness policies: max-min fairness (LAS) and finish-time fairness (Themis)."""
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+
+from ..model import PolicyInput
+from .lp import CONIC_SOLVERS, AllocationProgram, LinearPolicy
+
+
+class MaxMinFairness(LinearPolicy):
+    """Maximize the smallest weighted, normalized effective throughput.
+
+    Each job's throughput is normalized by its throughput under the isolated
+    allocation (1/n of every type's GPUs, see `PolicyInput.isolated_allocation`)
+    and divided by its weight:
+
+        maximize_X  min_m  throughput(m, X) / (w_m * throughput(m, X_isolated))
+
+    The seed writes this with equal *time* shares and a factor scale_factor_m;
+    an equal GPU share gives a job of scale factor s 1/s of that time, so the
+    two are the same objective.  X_isolated is feasible with value 1 for every
+    job, which is the sharing-incentive guarantee.
+    """
+
+    name = "max_min_fairness"
+    summary = "max-min fairness / least attained service: maximize the smallest normalized throughput"
+
+    def formulate(self, program: AllocationProgram):
+        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
+        objective = cp.Maximize(cp.min(cp.multiply(coef, program.throughput)))
+        return cp.Problem(objective, program.constraints), {"coef": coef}
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        return {"coef": 1.0 / (inp.weights * inp.isolated_throughputs())}
+
+
+class FinishTimeFairness(LinearPolicy):
+    """Minimize the largest finish-time fairness ratio rho (Themis).
+
+    rho_m = (t_m + s_m / throughput(m, X)) / (t_m + s_m / throughput(m, X_isolated)),
+    t_m the time since arrival and s_m the steps remaining.  Weights scale
+    rho (a job of weight 2 counts its slowdown twice).  rho is convex in X
+    (inv_pos), so this is a conic problem: Clarabel solves it in one go.
+    """
+
+    name = "finish_time_fairness"
+    summary = "finish-time fairness (Themis): minimize the largest ratio of finish time to isolated finish time"
+    solvers = CONIC_SOLVERS
+
+    def check(self, inp: PolicyInput):
+        inp.require("steps_remaining", self.name)
+
+    def formulate(self, program: AllocationProgram):
+        fixed = cp.Parameter(program.n_jobs, nonneg=True, name="fixed")
+        scaled = cp.Parameter(program.n_jobs, nonneg=True, name="scaled")
+        rho = fixed + cp.multiply(scaled, cp.inv_pos(program.throughput))
+        return cp.Problem(cp.Minimize(cp.max(rho)), program.constraints), {
+            "fixed": fixed, "scaled": scaled}
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        t, s = inp.time_since_arrival, inp.steps_remaining
+        isolated_finish = t + s / inp.isolated_throughputs()
+        # A job that arrived just now with nothing left to do has rho = 1
+        # whatever X is; it contributes nothing rather than 0/0.
+        scale = np.divide(inp.weights, isolated_finish, out=np.zeros_like(t),
+                          where=isolated_finish > 0)
+        return {"fixed": scale * t, "scaled": scale * s}

@@ -1,0 +1,284 @@
+"""The allocation LP shared by every optimizing policy: variables, constraints (1)-(3), solving.
+
+`AllocationProgram` holds the cvxpy variables for one problem *structure*
+(number of jobs, worker types, scale factors and the list of job pairs) and
+exposes two vector expressions over all jobs at once:
+
+* ``throughput``  -- effective throughput of every job, steps/s
+  (seed 1.2 and 1.3: single rows plus both members' share of pair rows);
+* ``time``        -- total time share of every job (constraint 2).
+
+Throughputs, capacities and feasibility masks are cvxpy Parameters, so a
+policy that is asked again with the same structure but new numbers (a new
+throughput estimate, a node lost) re-solves the compiled problem instead of
+building it again.  Policies add an objective over these expressions; they
+never index single entries of X.
+
+Solving: HiGHS for LPs and MILPs, Clarabel as the fallback (and the solver for
+conic problems such as finish-time fairness).  A status other than optimal
+raises `SolverError`: a wrong X never leaves this module.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SolverError
+from ..model import Allocation, PolicyInput
+
+# Options per solver.  HiGHS' interior point (with crossover, so X is a vertex)
+# is 5-20x faster than its simplex on these LPs past a few hundred jobs.
+HIGHS_LP = ("HIGHS", {"highs_options": {"solver": "ipm"}})
+HIGHS_MILP = ("HIGHS", {})
+CLARABEL = ("CLARABEL", {})
+LP_SOLVERS = (HIGHS_LP, CLARABEL)
+MILP_SOLVERS = (HIGHS_MILP,)
+CONIC_SOLVERS = (CLARABEL,)
+
+
+def structure_key(inp: PolicyInput) -> tuple:
+    """What fixes the shape of the compiled problem (numbers excluded)."""
+    return (inp.n_jobs, inp.n_types, inp.scale_factors.tobytes(), inp.pair_jobs.tobytes())
+
+
+class AllocationProgram:
+    """Variables, parameters and base constraints (1)-(3) for one structure."""
+
+    def __init__(self, inp: PolicyInput):
+        n, k, npair = inp.n_jobs, inp.n_types, inp.n_pairs
+        self.n_jobs, self.n_types, self.n_pairs = n, k, npair
+        sf = inp.scale_factors.astype(float)
+        # X is kept flat, job-major (entry i*k + j), so that every linear map
+        # below is one constant sparse matrix and the parameters enter
+        # element-wise; this keeps cvxpy's parameter compilation linear in n.
+        self.x = cp.Variable(n * k, nonneg=True, name="x")
+        self.solo_cap = cp.Parameter(n * k, nonneg=True, name="feasible")
+        self.capacity = cp.Parameter(k, nonneg=True, name="counts")
+        self._per_job = sp.kron(sp.eye(n, format="csr"), np.ones((1, k)), format="csr")
+        time_share = self._per_job @ self.x
+        gpus = sp.kron(sf[None, :], sp.eye(k), format="csr") @ self.x
+        constraints = [self.x <= self.solo_cap]
+        self.x_pairs = None
+        if npair:
+            a, b = inp.pair_jobs[:, 0], inp.pair_jobs[:, 1]
+            entries = np.arange(npair * k)
+            self.x_pairs = cp.Variable(npair * k, nonneg=True, name="x_pairs")
+            self.pair_cap = cp.Parameter(npair * k, nonneg=True, name="pair_feasible")
+            self._to_a = sp.csr_matrix((np.ones(npair * k), (np.repeat(a, k), entries)),
+                                       shape=(n, npair * k))
+            self._to_b = sp.csr_matrix((np.ones(npair * k), (np.repeat(b, k), entries)),
+                                       shape=(n, npair * k))
+            time_share = time_share + (self._to_a + self._to_b) @ self.x_pairs
+            gpus = gpus + sp.kron(sf[a][None, :], sp.eye(k), format="csr") @ self.x_pairs
+            constraints.append(self.x_pairs <= self.pair_cap)
+        self._rates: dict[str, tuple] = {}
+        self.throughput = self.rate("throughputs")
+        self.time = time_share
+        self.gpus = gpus
+        constraints += [time_share <= 1, gpus <= self.capacity]
+        self.constraints = constraints
+
+    def rate(self, name: str):
+        """A per-job linear expression sum_j R_mj X_mj (+ pair rows), R a parameter.
+
+        `throughput` is the rate with R = T; a policy may add others (value per
+        dollar, say) and fill them with `set_rate`.
+        """
+        solo = cp.Parameter(self.n_jobs * self.n_types, nonneg=True, name=name)
+        expr = self._per_job @ cp.multiply(solo, self.x)
+        shared = None
+        if self.n_pairs:
+            shared = (cp.Parameter(self.n_pairs * self.n_types, nonneg=True, name=name + "_a"),
+                      cp.Parameter(self.n_pairs * self.n_types, nonneg=True, name=name + "_b"))
+            expr = (expr + self._to_a @ cp.multiply(shared[0], self.x_pairs)
+                    + self._to_b @ cp.multiply(shared[1], self.x_pairs))
+        self._rates[name] = (solo, shared)
+        return expr
+
+    def set_rate(self, name: str, solo: np.ndarray, shared: np.ndarray | None = None):
+        """Fill rate `name`: solo (n, k) and, with pairs, shared (P, k, 2)."""
+        solo_param, shared_params = self._rates[name]
+        solo_param.value = np.asarray(solo, dtype=float).ravel()
+        if shared_params is not None:
+            shared_params[0].value = shared[:, :, 0].ravel()
+            shared_params[1].value = shared[:, :, 1].ravel()
+
+    def set_numbers(self, inp: PolicyInput):
+        """Load the numbers of `inp` (same structure) into the parameters."""
+        self.set_rate("throughputs", inp.solo_throughputs, inp.shared_throughputs)
+        self.solo_cap.value = inp.feasible.astype(float).ravel()
+        self.capacity.value = inp.counts.astype(float)
+        if self.n_pairs:
+            self.pair_cap.value = inp.pair_feasible.astype(float).ravel()
+
+    def values(self) -> tuple[np.ndarray, np.ndarray]:
+        """The solved X (n, k) and pair X (P, k), cleaned of solver noise."""
+        x = np.clip(self.x.value.reshape(self.n_jobs, self.n_types), 0.0, None)
+        x = np.minimum(x, self.solo_cap.value.reshape(x.shape))
+        xp = np.zeros((self.n_pairs, self.n_types))
+        if self.n_pairs:
+            xp = np.clip(self.x_pairs.value.reshape(self.n_pairs, self.n_types), 0.0, None)
+            xp = np.minimum(xp, self.pair_cap.value.reshape(xp.shape))
+        x[x < 1e-9] = 0.0
+        xp[xp < 1e-9] = 0.0
+        return x, xp
+
+
+def repair(inp: PolicyInput, x: np.ndarray, xp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scale away the solver's tolerance-sized violations of constraints (2) and (3)."""
+    alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=inp.pair_jobs, x_pairs=xp)
+    over = alloc.time_fractions()
+    row = np.where(over > 1.0, 1.0 / np.maximum(over, 1e-300), 1.0)
+    x = x * row[:, None]
+    if len(xp):
+        xp = xp * np.minimum(row[inp.pair_jobs[:, 0]], row[inp.pair_jobs[:, 1]])[:, None]
+    alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=inp.pair_jobs, x_pairs=xp)
+    used = alloc.gpus_used(inp.scale_factors.astype(float))
+    col = np.where(used > inp.counts, inp.counts / np.maximum(used, 1e-300), 1.0)
+    return x * col[None, :], xp * col[None, :]
+
+
+_highs_banner_done = False
+
+
+def _silence_highs_banner():
+    """HiGHS prints a copyright banner on stdout the first time a solver is made.
+
+    That would corrupt `--json` output; make the first one with stdout pointed
+    at /dev/null (later ones print nothing).
+    """
+    global _highs_banner_done
+    if _highs_banner_done:
+        return
+    _highs_banner_done = True
+    try:
+        import highspy
+    except ImportError:
+        return
+    sys.stdout.flush()
+    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(devnull)
+        os.close(saved)
+
+
+def solve(problem: cp.Problem, solvers, what: str) -> float:
+    """Solve with the first solver that reaches optimality; raise SolverError otherwise."""
+    _silence_highs_banner()
+    tried = []
+    for name, options in solvers:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                problem.solve(solver=name, **options)
+        except cp.error.SolverError as err:
+            tried.append(f"{name}: {str(err).splitlines()[0]}")
+            continue
+        if problem.status == cp.OPTIMAL:
+            return float(problem.value)
+        tried.append(f"{name}: status {problem.status}")
+    raise SolverError(f"{what}: no optimal solution ({'; '.join(tried)})")
+
+
+@dataclass
+class Compiled:
+    """A built problem and the handles a policy needs to refill and read it."""
+
+    program: AllocationProgram
+    problem: cp.Problem
+    params: dict
+
+
+class ProgramCache:
+    """The few most recent compiled problems of one policy, by structure."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self._entries: OrderedDict = OrderedDict()
+
+    def get(self, key, build):
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = build()
+            self._entries[key] = entry
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return entry
+
+
+class LinearPolicy:
+    """Base of the policies that are one optimization over the allocation program.
+
+    A subclass gives `formulate(program) -> (problem, params)` and
+    `parameters(inp) -> {name: value}`; this class compiles once per structure,
+    refills, solves and checks the status.  `objective_value` may turn the
+    solver's value into the policy's own unit (e.g. seconds of makespan).
+    """
+
+    name = ""
+    summary = ""
+    supports_space_sharing = True
+    solvers = LP_SOLVERS
+
+    def __init__(self):
+        self._cache = ProgramCache()
+
+    def formulate(self, program: AllocationProgram):
+        raise NotImplementedError
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        return {}
+
+    def check(self, inp: PolicyInput):
+        """Raise InputError when `inp` lacks what this policy needs."""
+
+    def objective_value(self, value: float, inp: PolicyInput) -> float:
+        return value
+
+    def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
+        return solve(compiled.problem, self.solvers, self.name)
+
+    def info(self, allocation: Allocation, inp: PolicyInput) -> dict:
+        """Extra facts for the caller (e.g. SLOs that cannot be met)."""
+        return {}
+
+    def key(self, inp: PolicyInput) -> tuple:
+        return structure_key(inp)
+
+    def allocate(self, inp: PolicyInput) -> Allocation:
+        self.check(inp)
+        started = time.perf_counter()
+        if inp.n_jobs == 0:
+            return Allocation(inp.job_ids, inp.worker_types, np.zeros((0, inp.n_types)), self.name)
+
+        def build():
+            program = AllocationProgram(inp)
+            problem, params = self.formulate(program)
+            return Compiled(program, problem, params)
+
+        compiled = self._cache.get(self.key(inp), build)
+        compiled.program.set_numbers(inp)
+        for name, value in self.parameters(inp).items():
+            compiled.params[name].value = value
+        value = self.solve(compiled, inp)
+        x, xp = repair(inp, *compiled.program.values())
+        allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
+                                objective=self.objective_value(value, inp),
+                                solve_seconds=time.perf_counter() - started,
+                                pair_jobs=inp.pair_jobs, x_pairs=xp)
+        extra = self.info(allocation, inp)
+        return replace(allocation, info=extra) if extra else allocation
