@@ -287,18 +287,34 @@ class Allocation:
             used = used + self.x_pairs.T @ scale_factors[self.pair_jobs[:, 0]]
         return used
 
+    def pair_rows_in(self, inp: PolicyInput) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Match this allocation's pair rows to `inp`'s, whatever the order of the two jobs.
+
+        Returns (rows, found, same): row index into inp's pairs, whether the
+        pair exists there, and whether its jobs are listed in the same order.
+        """
+        n = inp.n_jobs
+        keys = inp.pair_jobs.min(axis=1) * n + inp.pair_jobs.max(axis=1)
+        order = np.argsort(keys)
+        a, b = self.pair_jobs[:, 0], self.pair_jobs[:, 1]
+        wanted = np.minimum(a, b) * n + np.maximum(a, b)
+        pos = np.clip(np.searchsorted(keys, wanted, sorter=order), 0, max(len(keys) - 1, 0))
+        rows = order[pos] if len(keys) else np.zeros(len(a), dtype=np.int64)
+        found = keys[rows] == wanted if len(keys) else np.zeros(len(a), dtype=bool)
+        same = inp.pair_jobs[rows, 0] == a if len(keys) else found
+        return rows, found, same
+
     def effective_throughputs(self, inp: PolicyInput) -> np.ndarray:
         """(n,) steps/s each job makes under this allocation with the (true) throughputs of `inp`."""
         thr = (inp.solo_throughputs * self.x).sum(axis=1)
-        if len(self.pair_jobs):
-            shared = inp.shared_throughputs
-            index = {tuple(p): r for r, p in enumerate(inp.pair_jobs.tolist())}
-            for r, (a, b) in enumerate(self.pair_jobs.tolist()):
-                s = index.get((a, b))
-                ta, tb = (shared[s, :, 0], shared[s, :, 1]) if s is not None else (
-                    shared[index[(b, a)], :, 1], shared[index[(b, a)], :, 0])
-                thr[a] += ta @ self.x_pairs[r]
-                thr[b] += tb @ self.x_pairs[r]
+        if len(self.pair_jobs) and inp.n_pairs:
+            rows, found, same = self.pair_rows_in(inp)
+            shared = inp.shared_throughputs[rows]
+            ta = np.where(same[:, None], shared[:, :, 0], shared[:, :, 1])
+            tb = np.where(same[:, None], shared[:, :, 1], shared[:, :, 0])
+            xp = np.where(found[:, None], self.x_pairs, 0.0)
+            np.add.at(thr, self.pair_jobs[:, 0], (ta * xp).sum(axis=1))
+            np.add.at(thr, self.pair_jobs[:, 1], (tb * xp).sum(axis=1))
         return thr
 
     def as_dict(self, inp: PolicyInput | None = None) -> dict:

@@ -97,15 +97,17 @@ class MinCostSLO(LinearPolicy):
                         "_first": first, "_shortfall": shortfall}
 
     def required_throughputs(self, inp: PolicyInput) -> np.ndarray:
+        """(n,) throughput each job needs to meet its SLO (inf once the deadline has passed)."""
         has_slo = ~np.isnan(inp.slo)
         left = np.where(has_slo, inp.slo - inp.time_since_arrival, np.inf)
-        # A deadline already passed asks for the job's fastest speed.
-        need = np.where(left > 0, np.nan_to_num(inp.steps_remaining) / np.maximum(left, 1e-9), np.inf)
-        need = np.minimum(need, np.where(has_slo, inp.fastest_throughputs(), 0.0))
+        need = np.divide(np.nan_to_num(inp.steps_remaining), left,
+                         out=np.full(inp.n_jobs, np.inf), where=left > 0)
         return np.where(has_slo, need, 0.0)
 
     def parameters(self, inp: PolicyInput) -> dict:
-        need = self.required_throughputs(inp)
+        # Past the fastest speed a job cannot go: ask for no more than that,
+        # so the shortfall measures what other jobs could give up.
+        need = np.minimum(self.required_throughputs(inp), inp.fastest_throughputs())
         inv = np.divide(1.0, need, out=np.zeros_like(need), where=need > 0)
         return {"required": need, "inv_required": inv}
 
