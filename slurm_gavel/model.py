@@ -176,6 +176,10 @@ class PolicyInput:
         return replace(self, pair_jobs=np.zeros((0, 2), dtype=np.int64),
                        pair_throughputs=np.zeros((0, self.n_types, 2)))
 
+    def pairs_subset(self, keep: np.ndarray) -> "PolicyInput":
+        """The input with only the pair rows selected by `keep` (bool or indices)."""
+        return replace(self, pair_jobs=self.pair_jobs[keep], pair_throughputs=self.pair_throughputs[keep])
+
     def with_throughputs(self, throughputs, pair_throughputs=None) -> "PolicyInput":
         return replace(self, throughputs=throughputs,
                        pair_throughputs=self.pair_throughputs if pair_throughputs is None

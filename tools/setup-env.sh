@@ -5,6 +5,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${GAVEL_VENV:-$ROOT/.venv}"
 PYTHON="${PYTHON:-python3}"
+# A fresh Debian/Ubuntu may lack python3 or its venv module (python3-venv):
+# install them with apt-get (through sudo when not root).
+if [ ! -x "$VENV/bin/python" ] && ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 \
+        && command -v apt-get >/dev/null 2>&1; then
+    echo "setup-env: installing python3 and python3-venv with apt-get" >&2
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi

@@ -11,16 +11,18 @@ from dataclasses import dataclass
 from ..errors import InputError, UnknownPolicyError
 from ..model import Allocation, PolicyInput
 from .base import Agnostic, Policy
-from .baselines import Isolated
+from .baselines import AlloX, Gandiva, Isolated
 from .cost import MinCost, MinCostSLO
 from .fairness import FinishTimeFairness, MaxMinFairness
+from .hierarchical import Hierarchical
 from .ordering import Fifo, ShortestJobFirst
+from .space_sharing import WithPairs
 from .throughput import Makespan, MaxThroughput
 
 POLICIES: dict[str, type] = {
     cls.name: cls for cls in (
         MaxMinFairness, FinishTimeFairness, Fifo, ShortestJobFirst, Makespan,
-        MaxThroughput, MinCost, MinCostSLO, Isolated)
+        MaxThroughput, MinCost, MinCostSLO, Isolated, AlloX, Gandiva, Hierarchical)
 }
 
 
@@ -52,6 +54,13 @@ ALIASES: dict[str, Alias] = {
     "max_sum_throughput_normalized_by_cost_packed": Alias("min_cost", space_sharing=True),
     "max_sum_throughput_normalized_by_cost_perf_SLOs": Alias("min_cost_slo"),
     "max_sum_throughput_normalized_by_cost_packed_SLOs": Alias("min_cost_slo", space_sharing=True),
+    # `allox` and `gandiva` are Gavel's names too; Gavel's `gandiva` always packs.
+    "gandiva_packed": Alias("gandiva", space_sharing=True),
+    # Gavel's hierarchical policies (seed 4.5): entities, their weights and
+    # per-entity policies come from the input.
+    "max_min_fairness_water_filling": Alias("hierarchical"),
+    "max_min_fairness_water_filling_perf": Alias("hierarchical"),
+    "max_min_fairness_water_filling_packed": Alias("hierarchical", space_sharing=True),
 }
 
 
@@ -89,8 +98,7 @@ def make_policy(name: str, agnostic: bool = False, space_sharing: bool = False) 
     if space_sharing and not cls.supports_space_sharing:
         raise InputError("--space-sharing", f"policy {alias.policy} does not support space sharing")
     policy: Policy = cls()
-    if not space_sharing:
-        policy = WithoutPairs(policy)
+    policy = WithPairs(policy) if space_sharing else WithoutPairs(policy)
     if agnostic or alias.agnostic:
         policy = Agnostic(policy)
     return policy

@@ -50,14 +50,10 @@ class MinCost(LinearPolicy):
 
     def formulate(self, program: AllocationProgram):
         value = program.rate("value")
-        return cp.Problem(cp.Maximize(cp.sum(value)), program.constraints), {"_program": program}
+        return cp.Problem(cp.Maximize(cp.sum(value)), program.constraints), {}
 
-    def parameters(self, inp: PolicyInput) -> dict:
-        return {}
-
-    def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
-        compiled.program.set_rate("value", *value_per_dollar(inp))
-        return solve(compiled.problem, self.solvers, self.name)
+    def rates(self, inp: PolicyInput) -> dict:
+        return {"value": value_per_dollar(inp)}
 
 
 class MinCostSLO(LinearPolicy):
@@ -111,8 +107,10 @@ class MinCostSLO(LinearPolicy):
         inv = np.divide(1.0, need, out=np.zeros_like(need), where=need > 0)
         return {"required": need, "inv_required": inv}
 
+    def rates(self, inp: PolicyInput) -> dict:
+        return {"value": value_per_dollar(inp)}
+
     def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
-        compiled.program.set_rate("value", *value_per_dollar(inp))
         short = solve(compiled.params["_first"], self.solvers, self.name + " (SLO shortfall)")
         # Slack for solver tolerance; the shortfall is a sum of relative terms.
         compiled.params["budget"].value = max(short, 0.0) * (1 + 1e-6) + 1e-7

@@ -54,15 +54,20 @@ class FinishTimeFairness(LinearPolicy):
     def formulate(self, program: AllocationProgram):
         fixed = cp.Parameter(program.n_jobs, nonneg=True, name="fixed")
         scaled = cp.Parameter(program.n_jobs, nonneg=True, name="scaled")
-        rho = fixed + cp.multiply(scaled, cp.inv_pos(program.throughput))
+        inv_isolated = cp.Parameter(program.n_jobs, nonneg=True, name="inv_isolated")
+        # In units of the isolated throughput every term is of order 1,
+        # which keeps the conic solver accurate.
+        speedup = cp.multiply(inv_isolated, program.throughput)
+        rho = fixed + cp.multiply(scaled, cp.inv_pos(speedup))
         return cp.Problem(cp.Minimize(cp.max(rho)), program.constraints), {
-            "fixed": fixed, "scaled": scaled}
+            "fixed": fixed, "scaled": scaled, "inv_isolated": inv_isolated}
 
     def parameters(self, inp: PolicyInput) -> dict:
         t, s = inp.time_since_arrival, inp.steps_remaining
-        isolated_finish = t + s / inp.isolated_throughputs()
+        isolated = inp.isolated_throughputs()
+        isolated_finish = t + s / isolated
         # A job that arrived just now with nothing left to do has rho = 1
         # whatever X is; it contributes nothing rather than 0/0.
         scale = np.divide(inp.weights, isolated_finish, out=np.zeros_like(t),
                           where=isolated_finish > 0)
-        return {"fixed": scale * t, "scaled": scale * s}
+        return {"fixed": scale * t, "scaled": scale * s / isolated, "inv_isolated": 1.0 / isolated}

@@ -79,18 +79,21 @@ class AllocationProgram:
             time_share = time_share + (self._to_a + self._to_b) @ self.x_pairs
             gpus = gpus + sp.kron(sf[a][None, :], sp.eye(k), format="csr") @ self.x_pairs
             constraints.append(self.x_pairs <= self.pair_cap)
-        self._rates: dict[str, tuple] = {}
-        self.throughput = self.rate("throughputs")
         self.time = time_share
         self.gpus = gpus
-        constraints += [time_share <= 1, gpus <= self.capacity]
-        self.constraints = constraints
+        self.time_limit = time_share <= 1
+        self.gpu_limit = gpus <= self.capacity
+        self.constraints = constraints + [self.time_limit, self.gpu_limit]
+        self._rates: dict[str, tuple] = {}
+        self.throughput = self.rate("throughputs")
 
-    def rate(self, name: str):
-        """A per-job linear expression sum_j R_mj X_mj (+ pair rows), R a parameter.
+    def rate(self, name: str) -> cp.Variable:
+        """A per-job rate r_m = sum_j R_mj X_mj (+ pair rows), R a parameter.
 
         `throughput` is the rate with R = T; a policy may add others (value per
-        dollar, say) and fill them with `set_rate`.
+        dollar, say) and fill them with `set_rate`.  Each rate is a variable
+        tied to X by an equality constraint, whose dual is the marginal value
+        of that rate to the objective: what pricing pair rows needs.
         """
         solo = cp.Parameter(self.n_jobs * self.n_types, nonneg=True, name=name)
         expr = self._per_job @ cp.multiply(solo, self.x)
@@ -100,12 +103,15 @@ class AllocationProgram:
                       cp.Parameter(self.n_pairs * self.n_types, nonneg=True, name=name + "_b"))
             expr = (expr + self._to_a @ cp.multiply(shared[0], self.x_pairs)
                     + self._to_b @ cp.multiply(shared[1], self.x_pairs))
-        self._rates[name] = (solo, shared)
-        return expr
+        variable = cp.Variable(self.n_jobs, name=name + "_rate")
+        definition = variable == expr
+        self.constraints.append(definition)
+        self._rates[name] = (solo, shared, definition)
+        return variable
 
     def set_rate(self, name: str, solo: np.ndarray, shared: np.ndarray | None = None):
         """Fill rate `name`: solo (n, k) and, with pairs, shared (P, k, 2)."""
-        solo_param, shared_params = self._rates[name]
+        solo_param, shared_params, _ = self._rates[name]
         solo_param.value = np.asarray(solo, dtype=float).ravel()
         if shared_params is not None:
             shared_params[0].value = shared[:, :, 0].ravel()
@@ -118,6 +124,28 @@ class AllocationProgram:
         self.capacity.value = inp.counts.astype(float)
         if self.n_pairs:
             self.pair_cap.value = inp.pair_feasible.astype(float).ravel()
+
+    def reduced_costs(self, pair_jobs: np.ndarray, scale_factors: np.ndarray,
+                      shared: dict[str, np.ndarray]) -> np.ndarray:
+        """(P, k) gain per unit of each candidate pair row, from the last solve's duals.
+
+        A row of pair (a, b) on type j yields R_a, R_b of every rate and costs
+        one unit of a's and b's time and sf GPUs of type j.  With the duals as
+        marginal values (cvxpy reports them as improvement per unit, for
+        maximization and minimization alike), its reduced cost is
+            sum_rates (pi_a R_a + pi_b R_b) - alpha_a - alpha_b - sf * beta_j;
+        a positive one would improve the objective (seed 6.2: "only pairs
+        that perform well need rows", made exact).
+        """
+        a, b = pair_jobs[:, 0], pair_jobs[:, 1]
+        alpha = np.asarray(self.time_limit.dual_value).reshape(-1)
+        beta = np.asarray(self.gpu_limit.dual_value).reshape(-1)
+        gain = -(alpha[a] + alpha[b])[:, None] - scale_factors[a][:, None] * beta[None, :]
+        for name, (_, _, definition) in self._rates.items():
+            pi = np.asarray(definition.dual_value).reshape(-1)
+            coef = shared[name]
+            gain = gain + pi[a][:, None] * coef[:, :, 0] + pi[b][:, None] * coef[:, :, 1]
+        return gain
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:
         """The solved X (n, k) and pair X (P, k), cleaned of solver noise."""
@@ -174,15 +202,30 @@ def _silence_highs_banner():
         os.close(saved)
 
 
+# cvxpy compiles a problem with Parameters once and then only refills the
+# numbers (DPP).  That compilation grows with the square of the parameters'
+# size here (multiply(parameter, variable) over n*k entries): measured 0.15 s
+# at 3,000 entries, 0.65 s at 6,000, 12 s at 24,000, against 0.02-0.08 s to
+# compile the same problem with the values as constants.  So problems up to
+# this many parameter entries are compiled once and reused; larger ones are
+# compiled with constants on every solve (ignore_dpp), which is faster.
+DPP_PARAMETER_LIMIT = 4096
+
+
+def parameter_entries(problem: cp.Problem) -> int:
+    return sum(int(np.prod(p.shape)) for p in problem.parameters())
+
+
 def solve(problem: cp.Problem, solvers, what: str) -> float:
     """Solve with the first solver that reaches optimality; raise SolverError otherwise."""
     _silence_highs_banner()
+    ignore_dpp = parameter_entries(problem) > DPP_PARAMETER_LIMIT
     tried = []
     for name, options in solvers:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                problem.solve(solver=name, **options)
+                problem.solve(solver=name, ignore_dpp=ignore_dpp, **options)
         except cp.error.SolverError as err:
             tried.append(f"{name}: {str(err).splitlines()[0]}")
             continue
@@ -223,16 +266,28 @@ class ProgramCache:
 class LinearPolicy:
     """Base of the policies that are one optimization over the allocation program.
 
-    A subclass gives `formulate(program) -> (problem, params)` and
-    `parameters(inp) -> {name: value}`; this class compiles once per structure,
-    refills, solves and checks the status.  `objective_value` may turn the
-    solver's value into the policy's own unit (e.g. seconds of makespan).
+    A subclass gives `formulate(program) -> (problem, params)`,
+    `parameters(inp) -> {name: value}` and, for rates other than throughput,
+    `rates(inp) -> {name: (solo (n, k), shared (P, k, 2))}`; this class
+    compiles once per structure, refills, solves and checks the status.
+    `objective_value` may turn the solver's value into the policy's own unit
+    (e.g. seconds of makespan).
+
+    With pair rows (space sharing) it prices them: it solves over a few
+    promising pairs, computes every other pair's reduced cost from the duals,
+    adds those that would improve the objective and solves again, until none
+    would (column generation).  The result is the optimum over *all* pairs
+    while the LP holds only the pairs that matter.
     """
 
     name = ""
     summary = ""
     supports_space_sharing = True
     solvers = LP_SOLVERS
+    # Pricing: pairs per job to start from, pairs per job added per round, rounds.
+    initial_partners = 2
+    max_pricing_rounds = 30
+    pricing_batch = 4
 
     def __init__(self):
         self._cache = ProgramCache()
@@ -241,6 +296,9 @@ class LinearPolicy:
         raise NotImplementedError
 
     def parameters(self, inp: PolicyInput) -> dict:
+        return {}
+
+    def rates(self, inp: PolicyInput) -> dict:
         return {}
 
     def check(self, inp: PolicyInput):
@@ -264,7 +322,16 @@ class LinearPolicy:
         started = time.perf_counter()
         if inp.n_jobs == 0:
             return Allocation(inp.job_ids, inp.worker_types, np.zeros((0, inp.n_types)), self.name)
+        if inp.n_pairs:
+            allocation, extra = self._priced(inp)
+        else:
+            allocation, _ = self._solve_once(inp)
+            extra = {}
+        extra.update(self.info(allocation, inp))
+        return replace(allocation, solve_seconds=time.perf_counter() - started,
+                       info={**allocation.info, **extra})
 
+    def _solve_once(self, inp: PolicyInput) -> tuple[Allocation, Compiled]:
         def build():
             program = AllocationProgram(inp)
             problem, params = self.formulate(program)
@@ -272,13 +339,40 @@ class LinearPolicy:
 
         compiled = self._cache.get(self.key(inp), build)
         compiled.program.set_numbers(inp)
+        for name, (solo, shared) in self.rates(inp).items():
+            compiled.program.set_rate(name, solo, shared)
         for name, value in self.parameters(inp).items():
             compiled.params[name].value = value
         value = self.solve(compiled, inp)
         x, xp = repair(inp, *compiled.program.values())
         allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
                                 objective=self.objective_value(value, inp),
-                                solve_seconds=time.perf_counter() - started,
                                 pair_jobs=inp.pair_jobs, x_pairs=xp)
-        extra = self.info(allocation, inp)
-        return replace(allocation, info=extra) if extra else allocation
+        return allocation, compiled
+
+    def _priced(self, inp: PolicyInput) -> tuple[Allocation, dict]:
+        from .space_sharing import initial_pairs, prune_pairs, top_per_job
+
+        full = prune_pairs(inp, per_job=None)          # drops only dominated pairs
+        if full.n_pairs == 0:
+            allocation, _ = self._solve_once(full)
+            return allocation, {"pair_rows": 0, "pricing_rounds": 0}
+        shared = {"throughputs": full.shared_throughputs}
+        shared.update({name: pair for name, (_, pair) in self.rates(full).items()})
+        feasible = full.pair_feasible
+        active = initial_pairs(full, self.initial_partners)
+        for rounds in range(1, self.max_pricing_rounds + 1):
+            rows = np.flatnonzero(active)
+            allocation, compiled = self._solve_once(full.pairs_subset(rows))
+            gain = compiled.program.reduced_costs(full.pair_jobs, full.scale_factors, shared)
+            gain = np.where(feasible, gain, -np.inf).max(axis=1)
+            # Improvements below this are solver noise, not better pairs.
+            tolerance = 1e-7 * max(1.0, abs(float(compiled.problem.value)))
+            score = np.where(active | (gain <= tolerance), -np.inf, gain)
+            if not np.isfinite(score).any():
+                break
+            # Each job takes its few most improving partners this round: the
+            # best columns are often many copies of one kind of pair, and a
+            # few per job is what the next LP can use.
+            active |= top_per_job(full.pair_jobs, score, self.pricing_batch) & np.isfinite(score)
+        return allocation, {"pair_rows": int(active.sum()), "pricing_rounds": rounds}

@@ -40,37 +40,49 @@ def pair_gains(inp: PolicyInput) -> np.ndarray:
 def prune_pairs(inp: PolicyInput, per_job: int | None = DEFAULT_PARTNERS_PER_JOB) -> PolicyInput:
     """The input with dominated pair entries removed and at most ~per_job partners per job.
 
-    per_job=None keeps every undominated pair (the exact LP).
+    per_job=None keeps every undominated pair (exact).
     """
     if inp.n_pairs == 0:
         return inp
-    gains = pair_gains(inp)
-    useful = gains > 1e-9
+    useful = pair_gains(inp) > 1e-9
     keep = useful.any(axis=1)
-    if per_job is not None:
-        best = np.where(keep, gains.max(axis=1), -np.inf)
-        chosen = np.zeros(inp.n_pairs, dtype=bool)
-        for side in (0, 1):
-            jobs = inp.pair_jobs[:, side]
-            # Sort by (job, -gain) and keep the first per_job of each job.
-            order = np.lexsort((-best, jobs))
-            sorted_jobs = jobs[order]
-            starts = np.searchsorted(sorted_jobs, sorted_jobs, side="left")
-            rank = np.arange(len(order)) - starts
-            chosen[order[rank < per_job]] = True
-        keep &= chosen
     throughputs = np.where(useful[:, :, None], inp.pair_throughputs, 0.0)
-    return replace(inp, pair_jobs=inp.pair_jobs[keep], pair_throughputs=throughputs[keep])
+    pruned = replace(inp, pair_jobs=inp.pair_jobs[keep], pair_throughputs=throughputs[keep])
+    if per_job is None:
+        return pruned
+    return pruned.pairs_subset(initial_pairs(pruned, per_job))
+
+
+def top_per_job(pair_jobs: np.ndarray, score: np.ndarray, per_job: int) -> np.ndarray:
+    """(P,) bool: pairs among the `per_job` highest-scoring pairs of either of their jobs."""
+    chosen = np.zeros(len(pair_jobs), dtype=bool)
+    for side in (0, 1):
+        jobs = pair_jobs[:, side]
+        order = np.lexsort((-score, jobs))          # by job, best score first
+        sorted_jobs = jobs[order]
+        rank = np.arange(len(order)) - np.searchsorted(sorted_jobs, sorted_jobs, side="left")
+        chosen[order[rank < per_job]] = True
+    return chosen
+
+
+def initial_pairs(inp: PolicyInput, per_job: int) -> np.ndarray:
+    """(P,) bool: each job's `per_job` best partners by gain, a start for pricing."""
+    best = np.where(inp.pair_feasible, pair_gains(inp), -np.inf).max(axis=1)
+    return top_per_job(inp.pair_jobs, best, per_job) & (best > 1e-9)
 
 
 class WithPairs:
-    """Runs a policy with space sharing on, over the pruned pair rows."""
+    """Runs a policy with space sharing on.
+
+    Policies that price pair rows themselves (`LinearPolicy`) get every pair;
+    others get the dominated ones removed and ~per_job partners per job.
+    """
 
     def __init__(self, policy, per_job: int | None = DEFAULT_PARTNERS_PER_JOB):
         self.policy = policy
-        self.per_job = per_job
+        self.per_job = None if hasattr(policy, "max_pricing_rounds") else per_job
         self.name, self.summary = policy.name, policy.summary
         self.supports_space_sharing = True
 
     def allocate(self, inp: PolicyInput) -> Allocation:
-        return self.policy.allocate(prune_pairs(inp, self.per_job))
+        return self.policy.allocate(inp if self.per_job is None else prune_pairs(inp, self.per_job))
