@@ -17,7 +17,7 @@ from slurm_gavel.policies.lp import AllocationProgram, solve
 # The Pareto checker's own solvers: tolerances far below the 1e-6 it checks.
 RELAX = 1e-12
 EXACT = [("HIGHS", {"highs_options": {"solver": method, "primal_feasibility_tolerance": 1e-10,
-                                      "dual_feasibility_tolerance": 1e-10}})
+                                      "dual_feasibility_tolerance": 1e-10, "time_limit": 5.0}})
          for method in ("simplex", "ipm")]
 
 

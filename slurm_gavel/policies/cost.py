@@ -50,7 +50,7 @@ class MinCost(LinearPolicy):
 
     def formulate(self, program: AllocationProgram):
         value = program.rate("value")
-        return cp.Problem(cp.Maximize(cp.sum(value)), program.constraints), {}
+        return cp.Problem(cp.Maximize(program.total(value)), program.constraints), {}
 
     def rates(self, inp: PolicyInput) -> dict:
         return {"value": value_per_dollar(inp)}
@@ -84,10 +84,10 @@ class MinCostSLO(LinearPolicy):
         inv_required = cp.Parameter(program.n_jobs, nonneg=True, name="inv_required")
         budget = cp.Parameter(nonneg=True, name="budget")
         shortfall = cp.Variable(program.n_jobs, nonneg=True, name="shortfall")
-        relative = inv_required @ shortfall
+        relative = program.total(cp.multiply(inv_required, shortfall))
         meet = [program.throughput + shortfall >= required]
         first = cp.Problem(cp.Minimize(relative), program.constraints + meet)
-        second = cp.Problem(cp.Maximize(cp.sum(value)),
+        second = cp.Problem(cp.Maximize(program.total(value)),
                             program.constraints + meet + [relative <= budget])
         return second, {"required": required, "inv_required": inv_required, "budget": budget,
                         "_first": first, "_shortfall": shortfall}

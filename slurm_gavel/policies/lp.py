@@ -44,18 +44,62 @@ MILP_SOLVERS = (HIGHS_MILP,)
 CONIC_SOLVERS = (CLARABEL,)
 
 
+@dataclass(frozen=True)
+class Structure:
+    """What fixes the shape of a compiled problem (the numbers excluded).
+
+    `multiplicity[c]` > 1 makes row c stand for that many identical jobs
+    (see symmetry.py): its GPU use counts that many times, and a pair row's
+    time and throughput are shared among them.  A pair may then join a row
+    with itself (two jobs of the same kind).
+    """
+
+    n_jobs: int
+    n_types: int
+    scale_factors: np.ndarray
+    pair_jobs: np.ndarray
+    multiplicity: np.ndarray
+
+    @classmethod
+    def of(cls, inp: PolicyInput) -> "Structure":
+        return cls(inp.n_jobs, inp.n_types, inp.scale_factors, inp.pair_jobs, np.ones(inp.n_jobs))
+
+    def key(self) -> tuple:
+        return (self.n_jobs, self.n_types, self.scale_factors.tobytes(), self.pair_jobs.tobytes(),
+                self.multiplicity.tobytes())
+
+
 def structure_key(inp: PolicyInput) -> tuple:
     """What fixes the shape of the compiled problem (numbers excluded)."""
-    return (inp.n_jobs, inp.n_types, inp.scale_factors.tobytes(), inp.pair_jobs.tobytes())
+    return Structure.of(inp).key()
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """The numbers the base program needs; `of(inp)` or picked rows of it."""
+
+    solo: np.ndarray           # (n, k)
+    feasible: np.ndarray       # (n, k) bool
+    counts: np.ndarray         # (k,)
+    shared: np.ndarray         # (P, k, 2)
+    pair_feasible: np.ndarray  # (P, k) bool, or an upper bound per entry
+
+    @classmethod
+    def of(cls, inp: PolicyInput) -> "Numbers":
+        return cls(inp.solo_throughputs, inp.feasible, inp.counts, inp.shared_throughputs,
+                   inp.pair_feasible)
 
 
 class AllocationProgram:
     """Variables, parameters and base constraints (1)-(3) for one structure."""
 
-    def __init__(self, inp: PolicyInput):
-        n, k, npair = inp.n_jobs, inp.n_types, inp.n_pairs
+    def __init__(self, inp: PolicyInput | None = None, *, structure: Structure | None = None):
+        st = structure or Structure.of(inp)
+        n, k, npair = st.n_jobs, st.n_types, len(st.pair_jobs)
+        self.structure = st
         self.n_jobs, self.n_types, self.n_pairs = n, k, npair
-        sf = inp.scale_factors.astype(float)
+        self.multiplicity = np.asarray(st.multiplicity, dtype=float)
+        sf = st.scale_factors.astype(float)
         # X is kept flat, job-major (entry i*k + j), so that every linear map
         # below is one constant sparse matrix and the parameters enter
         # element-wise; this keeps cvxpy's parameter compilation linear in n.
@@ -64,17 +108,19 @@ class AllocationProgram:
         self.capacity = cp.Parameter(k, nonneg=True, name="counts")
         self._per_job = sp.kron(sp.eye(n, format="csr"), np.ones((1, k)), format="csr")
         time_share = self._per_job @ self.x
-        gpus = sp.kron(sf[None, :], sp.eye(k), format="csr") @ self.x
+        gpus = sp.kron((sf * self.multiplicity)[None, :], sp.eye(k), format="csr") @ self.x
         constraints = [self.x <= self.solo_cap]
         self.x_pairs = None
         if npair:
-            a, b = inp.pair_jobs[:, 0], inp.pair_jobs[:, 1]
+            a, b = st.pair_jobs[:, 0], st.pair_jobs[:, 1]
             entries = np.arange(npair * k)
             self.x_pairs = cp.Variable(npair * k, nonneg=True, name="x_pairs")
             self.pair_cap = cp.Parameter(npair * k, nonneg=True, name="pair_feasible")
-            self._to_a = sp.csr_matrix((np.ones(npair * k), (np.repeat(a, k), entries)),
+            # A pair row's time and throughput go to each member, shared among
+            # the identical jobs a row stands for.
+            self._to_a = sp.csr_matrix((np.repeat(1 / self.multiplicity[a], k), (np.repeat(a, k), entries)),
                                        shape=(n, npair * k))
-            self._to_b = sp.csr_matrix((np.ones(npair * k), (np.repeat(b, k), entries)),
+            self._to_b = sp.csr_matrix((np.repeat(1 / self.multiplicity[b], k), (np.repeat(b, k), entries)),
                                        shape=(n, npair * k))
             time_share = time_share + (self._to_a + self._to_b) @ self.x_pairs
             gpus = gpus + sp.kron(sf[a][None, :], sp.eye(k), format="csr") @ self.x_pairs
@@ -117,13 +163,18 @@ class AllocationProgram:
             shared_params[0].value = shared[:, :, 0].ravel()
             shared_params[1].value = shared[:, :, 1].ravel()
 
-    def set_numbers(self, inp: PolicyInput):
+    def total(self, expr):
+        """Sum of a per-row expression over all jobs (rows count their multiplicity)."""
+        return self.multiplicity @ expr
+
+    def set_numbers(self, inp: PolicyInput | Numbers):
         """Load the numbers of `inp` (same structure) into the parameters."""
-        self.set_rate("throughputs", inp.solo_throughputs, inp.shared_throughputs)
-        self.solo_cap.value = inp.feasible.astype(float).ravel()
-        self.capacity.value = inp.counts.astype(float)
+        numbers = inp if isinstance(inp, Numbers) else Numbers.of(inp)
+        self.set_rate("throughputs", numbers.solo, numbers.shared)
+        self.solo_cap.value = numbers.feasible.astype(float).ravel()
+        self.capacity.value = numbers.counts.astype(float)
         if self.n_pairs:
-            self.pair_cap.value = inp.pair_feasible.astype(float).ravel()
+            self.pair_cap.value = numbers.pair_feasible.astype(float).ravel()
 
     def reduced_costs(self, pair_jobs: np.ndarray, scale_factors: np.ndarray,
                       shared: dict[str, np.ndarray]) -> np.ndarray:
@@ -160,15 +211,20 @@ class AllocationProgram:
         return x, xp
 
 
-def repair(inp: PolicyInput, x: np.ndarray, xp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Scale away the solver's tolerance-sized violations of constraints (2) and (3)."""
-    alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=inp.pair_jobs, x_pairs=xp)
+def repair(inp: PolicyInput, x: np.ndarray, xp: np.ndarray,
+           pair_jobs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Scale away the solver's tolerance-sized violations of constraints (2) and (3).
+
+    `pair_jobs` are the jobs of the rows of `xp` (default: inp's pairs).
+    """
+    pair_jobs = inp.pair_jobs if pair_jobs is None else pair_jobs
+    alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=pair_jobs, x_pairs=xp)
     over = alloc.time_fractions()
     row = np.where(over > 1.0, 1.0 / np.maximum(over, 1e-300), 1.0)
     x = x * row[:, None]
     if len(xp):
-        xp = xp * np.minimum(row[inp.pair_jobs[:, 0]], row[inp.pair_jobs[:, 1]])[:, None]
-    alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=inp.pair_jobs, x_pairs=xp)
+        xp = xp * np.minimum(row[pair_jobs[:, 0]], row[pair_jobs[:, 1]])[:, None]
+    alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=pair_jobs, x_pairs=xp)
     used = alloc.gpus_used(inp.scale_factors.astype(float))
     col = np.where(used > inp.counts, inp.counts / np.maximum(used, 1e-300), 1.0)
     return x * col[None, :], xp * col[None, :]
@@ -287,6 +343,8 @@ class LinearPolicy:
     # Pricing: pairs per job to start from, pairs per job added per round, rounds.
     initial_partners = 2
     max_pricing_rounds = 30
+    # Solve identical jobs as one row (exact; see symmetry.py).
+    use_symmetry = True
     pricing_batch = 4
 
     def __init__(self):
@@ -314,49 +372,89 @@ class LinearPolicy:
         """Extra facts for the caller (e.g. SLOs that cannot be met)."""
         return {}
 
-    def key(self, inp: PolicyInput) -> tuple:
-        return structure_key(inp)
-
     def allocate(self, inp: PolicyInput) -> Allocation:
+        from .space_sharing import prune_pairs
+        from .symmetry import find_classes
+
         self.check(inp)
         started = time.perf_counter()
         if inp.n_jobs == 0:
             return Allocation(inp.job_ids, inp.worker_types, np.zeros((0, inp.n_types)), self.name)
-        if inp.n_pairs:
-            allocation, extra = self._priced(inp)
+        # Pairs that can never help (seed 6.2) go first; that loses nothing.
+        work = prune_pairs(inp, per_job=None) if inp.n_pairs else inp
+        classes = find_classes(work, self._per_job_numbers(work)) if self.use_symmetry else None
+        if classes is not None:
+            allocation = self._solve_classes(work, classes)
+            extra = {"job_classes": classes.n_classes}
+        elif work.n_pairs:
+            allocation, extra = self._priced(work)
         else:
-            allocation, _ = self._solve_once(inp)
+            allocation, _ = self._solve_once(work)
             extra = {}
         extra.update(self.info(allocation, inp))
         return replace(allocation, solve_seconds=time.perf_counter() - started,
                        info={**allocation.info, **extra})
 
-    def _solve_once(self, inp: PolicyInput) -> tuple[Allocation, Compiled]:
-        def build():
-            program = AllocationProgram(inp)
-            problem, params = self.formulate(program)
-            return Compiled(program, problem, params)
+    def _per_job_numbers(self, inp: PolicyInput) -> list:
+        """Everything per job this policy looks at, to tell identical jobs apart."""
+        numbers = [np.asarray(v, dtype=float) for v in self.parameters(inp).values()]
+        numbers += [solo for solo, _ in self.rates(inp).values()]
+        return [v for v in numbers if v.ndim and v.shape[0] == inp.n_jobs]
 
-        compiled = self._cache.get(self.key(inp), build)
-        compiled.program.set_numbers(inp)
-        for name, (solo, shared) in self.rates(inp).items():
+    def _run(self, structure: Structure, numbers: Numbers, rates: dict, params: dict,
+             inp: PolicyInput) -> tuple[float, Compiled]:
+        """Compile (or reuse) the problem of `structure`, fill in the numbers, solve."""
+        def build():
+            program = AllocationProgram(structure=structure)
+            problem, handles = self.formulate(program)
+            return Compiled(program, problem, handles)
+
+        compiled = self._cache.get(structure.key(), build)
+        compiled.program.set_numbers(numbers)
+        for name, (solo, shared) in rates.items():
             compiled.program.set_rate(name, solo, shared)
-        for name, value in self.parameters(inp).items():
+        for name, value in params.items():
             compiled.params[name].value = value
-        value = self.solve(compiled, inp)
+        return self.solve(compiled, inp), compiled
+
+    def _solve_once(self, inp: PolicyInput) -> tuple[Allocation, Compiled]:
+        value, compiled = self._run(Structure.of(inp), Numbers.of(inp), self.rates(inp),
+                                    self.parameters(inp), inp)
         x, xp = repair(inp, *compiled.program.values())
         allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
                                 objective=self.objective_value(value, inp),
                                 pair_jobs=inp.pair_jobs, x_pairs=xp)
         return allocation, compiled
 
-    def _priced(self, inp: PolicyInput) -> tuple[Allocation, dict]:
-        from .space_sharing import initial_pairs, prune_pairs, top_per_job
+    def _solve_classes(self, inp: PolicyInput, classes) -> Allocation:
+        """Solve with one row per class of identical jobs, then give every job its class's row."""
+        from .symmetry import class_pair_numbers, expand
 
-        full = prune_pairs(inp, per_job=None)          # drops only dominated pairs
-        if full.n_pairs == 0:
-            allocation, _ = self._solve_once(full)
-            return allocation, {"pair_rows": 0, "pricing_rounds": 0}
+        reps, n = classes.representatives, inp.n_jobs
+        structure = Structure(classes.n_classes, inp.n_types, inp.scale_factors[reps],
+                              classes.pair_classes, classes.sizes.astype(float))
+        # A class pair row holds the total time of many job pairs: it is
+        # bounded by its members' time, not by 1.
+        qa, qb = classes.pair_classes[:, 0], classes.pair_classes[:, 1]
+        bound = np.minimum(classes.sizes[qa], classes.sizes[qb]).astype(float)
+        pair_feasible = inp.pair_feasible[classes.pair_rows] * bound[:, None]
+        numbers = Numbers(inp.solo_throughputs[reps], inp.feasible[reps], inp.counts,
+                          class_pair_numbers(inp, classes, inp.shared_throughputs), pair_feasible)
+        rates = {name: (solo[reps], class_pair_numbers(inp, classes, shared))
+                 for name, (solo, shared) in self.rates(inp).items()}
+        params = {name: (np.asarray(v)[reps] if np.ndim(v) and np.shape(v)[0] == n else v)
+                  for name, v in self.parameters(inp).items()}
+        value, compiled = self._run(structure, numbers, rates, params, inp)
+        y, z = compiled.program.values()
+        x, pair_jobs, x_pairs = expand(inp, classes, y, z)
+        x, x_pairs = repair(inp, x, x_pairs, pair_jobs)
+        return Allocation(inp.job_ids, inp.worker_types, x, self.name,
+                          objective=self.objective_value(value, inp),
+                          pair_jobs=pair_jobs, x_pairs=x_pairs)
+
+    def _priced(self, full: PolicyInput) -> tuple[Allocation, dict]:
+        from .space_sharing import initial_pairs, top_per_job
+
         shared = {"throughputs": full.shared_throughputs}
         shared.update({name: pair for name, (_, pair) in self.rates(full).items()})
         feasible = full.pair_feasible

@@ -22,7 +22,7 @@ class Fifo(LinearPolicy):
 
     def formulate(self, program: AllocationProgram):
         coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        return cp.Problem(cp.Maximize(coef @ program.throughput), program.constraints), {"coef": coef}
+        return cp.Problem(cp.Maximize(program.total(cp.multiply(coef, program.throughput))), program.constraints), {"coef": coef}
 
     def parameters(self, inp: PolicyInput) -> dict:
         return {"coef": (inp.n_jobs - inp.arrival_order()) / inp.fastest_throughputs()}
@@ -52,7 +52,7 @@ class ShortestJobFirst(LinearPolicy):
 
     def formulate(self, program: AllocationProgram):
         coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        return cp.Problem(cp.Maximize(coef @ program.throughput), program.constraints), {"coef": coef}
+        return cp.Problem(cp.Maximize(program.total(cp.multiply(coef, program.throughput))), program.constraints), {"coef": coef}
 
     def parameters(self, inp: PolicyInput) -> dict:
         # Normalize so the largest coefficient is 1: keeps the LP well scaled.

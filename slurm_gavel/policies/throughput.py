@@ -48,7 +48,7 @@ class MaxThroughput(LinearPolicy):
 
     def formulate(self, program: AllocationProgram):
         coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        objective = cp.Maximize(coef @ program.throughput)
+        objective = cp.Maximize(program.total(cp.multiply(coef, program.throughput)))
         return cp.Problem(objective, program.constraints), {"coef": coef}
 
     def parameters(self, inp: PolicyInput) -> dict:
