@@ -31,8 +31,8 @@ from .model import ENTITY_POLICIES, PolicyInput
 
 TOP_KEYS = ("worker_types", "jobs", "pairs", "entities")
 WORKER_TYPE_KEYS = ("count", "price_per_hour", "gpus_per_node")
-JOB_KEYS = ("id", "throughputs", "scale_factor", "weight", "entity", "steps_remaining",
-            "time_since_arrival", "slo")
+JOB_KEYS = ("id", "throughputs", "throughputs_unconsolidated", "scale_factor", "weight",
+            "entity", "steps_remaining", "time_since_arrival", "slo")
 PAIR_KEYS = ("jobs", "throughputs")
 ENTITY_KEYS = ("weight", "policy")
 
@@ -135,7 +135,7 @@ def _worker_types(section: Any):
                       "{count, price_per_hour, gpus_per_node}")
     if not section:
         raise InputError("worker_types", "must name at least one worker type")
-    names, counts, prices = [], [], []
+    names, counts, prices, per_node = [], [], [], []
     for name, spec in section.items():
         if not name:
             raise InputError("worker_types", "worker type names must not be empty")
@@ -146,11 +146,22 @@ def _worker_types(section: Any):
         counts.append(_number(spec["count"], f"{path}.count", ">= 0", integer=True))
         prices.append(_optional(spec, "price_per_hour", math.nan,
                                 lambda v: _number(v, f"{path}.price_per_hour", ">= 0")))
-        # Accepted for the mechanism (placement on nodes); policies do not use it.
-        _optional(spec, "gpus_per_node", None,
-                  lambda v: _number(v, f"{path}.gpus_per_node", ">= 1", integer=True))
+        per_node.append(_optional(spec, "gpus_per_node", math.nan,
+                                  lambda v: _number(v, f"{path}.gpus_per_node", ">= 1", integer=True)))
         names.append(name)
-    return tuple(names), np.array(counts), np.array(prices)
+    return tuple(names), np.array(counts), np.array(prices), np.array(per_node, dtype=float)
+
+
+def _throughput_row(value: Any, path: str, types: tuple[str, ...], column: dict) -> np.ndarray:
+    """{type: steps/s or null} -> (k,) with NaN where not given."""
+    given = _object(value, path, None, "an object mapping worker type to steps/s")
+    row = np.full(len(types), np.nan)
+    for wt, number in given.items():
+        if wt not in column:
+            raise InputError(path, f"unknown worker type {wt!r} (known: {', '.join(types)})")
+        if number is not None:
+            row[column[wt]] = _number(number, f"{path}.{wt}", ">= 0")
+    return row
 
 
 def _jobs(section: Any, types: tuple[str, ...]):
@@ -175,15 +186,12 @@ def _jobs(section: Any, types: tuple[str, ...]):
 
         if "throughputs" not in job:
             raise InputError(f"{at}.throughputs", "is required")
-        given = _object(job["throughputs"], f"{at}.throughputs", None,
-                        "an object mapping worker type to steps/s")
-        row = np.full(len(types), np.nan)
-        for wt, value in given.items():
-            if wt not in column:
-                raise InputError(f"{at}.throughputs",
-                                 f"unknown worker type {wt!r} (known: {', '.join(types)})")
-            if value is not None:
-                row[column[wt]] = _number(value, f"{at}.throughputs.{wt}", ">= 0")
+        row = _throughput_row(job["throughputs"], f"{at}.throughputs", types, column)
+        spread = _optional(job, "throughputs_unconsolidated", None,
+                           lambda v: _throughput_row(v, f"{at}.throughputs_unconsolidated",
+                                                     types, column))
+        rows["throughputs_unconsolidated"].append(
+            np.full(len(types), np.nan) if spread is None else spread)
         rows["id"].append(jid)
         rows["throughputs"].append(row)
         rows["scale_factor"].append(_optional(
@@ -276,7 +284,7 @@ def parse_policy_input(obj: Any) -> PolicyInput:
     for key in ("worker_types", "jobs"):
         if key not in doc:
             raise InputError(key, "is required")
-    types, counts, prices = _worker_types(doc["worker_types"])
+    types, counts, prices, per_node = _worker_types(doc["worker_types"])
     rows, job_index = _jobs(doc["jobs"], types)
     pair_jobs, pair_throughputs = _pairs(doc.get("pairs") or [], types, job_index)
     weights, policies = _entities(doc["entities"]) if doc.get("entities") is not None else ({}, {})
@@ -297,6 +305,9 @@ def parse_policy_input(obj: Any) -> PolicyInput:
         pair_throughputs=pair_throughputs,
         entity_weights=weights,
         entity_policies=policies,
+        unconsolidated_throughputs=np.array(rows["throughputs_unconsolidated"],
+                                            dtype=float).reshape(n, len(types)),
+        gpus_per_node=per_node,
     )
 
 

@@ -12,6 +12,10 @@ Conventions
   NaN or 0; the policies fix the matching allocation entry at 0.
 * A job whose scale factor exceeds the number of GPUs of a type cannot run on
   that type either.
+* Placement (seed 1.3): `throughputs` are for a job whose GPUs sit on as
+  few servers as possible (consolidated).  Where a type's servers have fewer
+  GPUs than the job's scale factor (`gpus_per_node`), the job must spread, and
+  `unconsolidated_throughputs` (when given) is what it runs at there.
 * Space sharing: each pair row names two jobs (indices into `job_ids`) and, per
   worker type, the two jobs' throughputs while they share one GPU each of
   `scale_factor` GPUs.  ``(0, 0)`` or NaN means the pair cannot share that type.
@@ -48,6 +52,8 @@ class PolicyInput:
     pair_throughputs: np.ndarray = None    # (P, k, 2) steps/s of each member while sharing
     entity_weights: Mapping[str, float] = field(default_factory=dict)
     entity_policies: Mapping[str, str] = field(default_factory=dict)
+    unconsolidated_throughputs: np.ndarray = None  # (n, k) steps/s spread over servers; NaN = unknown
+    gpus_per_node: np.ndarray = None   # (k,) GPUs per server of each type; NaN = unknown
 
     def __post_init__(self):
         n, k = len(self.job_ids), len(self.worker_types)
@@ -59,12 +65,15 @@ class PolicyInput:
             "slo": np.full(n, np.nan),
             "pair_jobs": np.zeros((0, 2), dtype=np.int64),
             "pair_throughputs": np.zeros((0, k, 2)),
+            "unconsolidated_throughputs": np.full((n, k), np.nan),
+            "gpus_per_node": np.full(k, np.nan),
         }
         for name, default in fill.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
         as_float = ("counts", "throughputs", "weights", "prices", "steps_remaining",
-                    "time_since_arrival", "slo", "pair_throughputs")
+                    "time_since_arrival", "slo", "pair_throughputs", "unconsolidated_throughputs",
+                    "gpus_per_node")
         for name in as_float:
             object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=float))
         object.__setattr__(self, "scale_factors", np.asarray(self.scale_factors, dtype=np.int64))
@@ -85,7 +94,8 @@ class PolicyInput:
             raise InputError(f"jobs[{dup}].id", "duplicate job id")
         shapes = {"counts": (k,), "throughputs": (n, k), "scale_factors": (n,),
                   "weights": (n,), "prices": (k,), "steps_remaining": (n,),
-                  "time_since_arrival": (n,), "slo": (n,)}
+                  "time_since_arrival": (n,), "slo": (n,),
+                  "unconsolidated_throughputs": (n, k), "gpus_per_node": (k,)}
         for name, shape in shapes.items():
             if getattr(self, name).shape != shape:
                 raise InputError(name, f"has shape {getattr(self, name).shape}, expected {shape}")
@@ -106,9 +116,14 @@ class PolicyInput:
             for i, v in enumerate(values):
                 if not ok(v):
                     raise InputError(f"jobs[{self.job_ids[i]}].{name}", f"{problem}, got {v}")
-        for i, j in np.argwhere(self.throughputs < 0):
-            raise InputError(f"jobs[{self.job_ids[i]}].throughputs.{self.worker_types[j]}",
-                             f"must be >= 0, got {self.throughputs[i, j]}")
+        for name in ("throughputs", "unconsolidated_throughputs"):
+            values = getattr(self, name)
+            for i, j in np.argwhere(values < 0):
+                raise InputError(f"jobs[{self.job_ids[i]}].{name}.{self.worker_types[j]}",
+                                 f"must be >= 0, got {values[i, j]}")
+        for j in np.flatnonzero(self.gpus_per_node < 1):
+            raise InputError(f"worker_types.{self.worker_types[j]}.gpus_per_node",
+                             f"must be >= 1, got {self.gpus_per_node[j]}")
         fits = self.feasible.any(axis=1)
         if not fits.all():
             i = int(np.argmin(fits))
@@ -133,7 +148,7 @@ class PolicyInput:
                 raise InputError(f"entities.{entity}.policy", f"must be one of {ENTITY_POLICIES}")
 
     def _row(self, i):
-        return {wt: float(self.throughputs[i, j]) for j, wt in enumerate(self.worker_types)}
+        return {wt: float(self.placed_throughputs[i, j]) for j, wt in enumerate(self.worker_types)}
 
     # -- derived views ------------------------------------------------------
     @property
@@ -145,15 +160,26 @@ class PolicyInput:
         return len(self.worker_types)
 
     @property
+    def spread(self) -> np.ndarray:
+        """(n, k) bool: the job needs more GPUs than one server of the type has."""
+        return self.scale_factors[:, None] > self.gpus_per_node[None, :]   # False where unknown
+
+    @property
+    def placed_throughputs(self) -> np.ndarray:
+        """(n, k) throughputs as the job will be placed: unconsolidated where it must spread."""
+        use = self.spread & ~np.isnan(self.unconsolidated_throughputs)
+        return np.where(use, self.unconsolidated_throughputs, self.throughputs)
+
+    @property
     def feasible(self) -> np.ndarray:
         """(n, k) bool: the job can run on the type (known positive throughput, enough GPUs)."""
-        t = np.nan_to_num(self.throughputs, nan=0.0)
+        t = np.nan_to_num(self.placed_throughputs, nan=0.0)
         return (t > 0) & (self.scale_factors[:, None] <= self.counts[None, :])
 
     @property
     def solo_throughputs(self) -> np.ndarray:
-        """(n, k) throughputs with every infeasible entry set to exactly 0."""
-        return np.where(self.feasible, np.nan_to_num(self.throughputs, nan=0.0), 0.0)
+        """(n, k) throughputs (placement-aware) with every infeasible entry set to exactly 0."""
+        return np.where(self.feasible, np.nan_to_num(self.placed_throughputs, nan=0.0), 0.0)
 
     @property
     def pair_feasible(self) -> np.ndarray:
@@ -200,7 +226,8 @@ class PolicyInput:
         pf = self.pair_feasible
         pmean = shared.sum(axis=1) / np.maximum(pf.sum(axis=1), 1)[:, None]
         pblind = np.where(pf[:, :, None], pmean[:, None, :], 0.0)
-        return self.with_throughputs(blind, pblind)
+        return replace(self, throughputs=blind, pair_throughputs=pblind,
+                       unconsolidated_throughputs=np.full_like(blind, np.nan))
 
     def isolated_allocation(self) -> np.ndarray:
         """(n, k) the isolated allocation: every job gets 1/n of each type's GPUs.
@@ -253,6 +280,7 @@ class PolicyInput:
             weights=self.weights[rows], entities=tuple(self.entities[i] for i in rows),
             steps_remaining=self.steps_remaining[rows],
             time_since_arrival=self.time_since_arrival[rows], slo=self.slo[rows],
+            unconsolidated_throughputs=self.unconsolidated_throughputs[rows],
             pair_jobs=remap[self.pair_jobs[keep]], pair_throughputs=self.pair_throughputs[keep])
 
 

@@ -76,6 +76,18 @@ def test_every_optional_field():
     np.testing.assert_array_equal(inp.pair_throughputs[0], [[1.0, 2.0], [0.0, 0.0]])
     assert dict(inp.entity_weights) == {"alice": 3, "bob": 1.0}
     assert dict(inp.entity_policies) == {"alice": "fifo", "bob": "fairness"}
+    assert inp.gpus_per_node[0] == 4 and np.isnan(inp.gpus_per_node[1])
+
+
+def test_unconsolidated_throughputs_apply_where_a_job_spreads():
+    doc = {"worker_types": {"v100": {"count": 8, "gpus_per_node": 4},
+                            "p100": {"count": 8, "gpus_per_node": 8}},
+           "jobs": [{"id": "wide", "scale_factor": 8, "throughputs": {"v100": 80, "p100": 50},
+                     "throughputs_unconsolidated": {"v100": 30, "p100": 20}}]}
+    inp = parse_policy_input(doc)
+    np.testing.assert_array_equal(inp.unconsolidated_throughputs, [[30, 20]])
+    # 8 GPUs do not fit one 4-GPU v100 server: the unconsolidated 30 applies there.
+    np.testing.assert_array_equal(inp.solo_throughputs, [[30, 50]])
 
 
 @pytest.mark.parametrize("mutate, field, words", [
@@ -95,6 +107,10 @@ def test_every_optional_field():
      ">= 1"),
     (lambda d: d["jobs"][2]["throughputs"].update(v100=-1), "jobs[2].throughputs.v100",
      "must be a number >= 0, got -1"),
+    (lambda d: d["jobs"][0].update(throughputs_unconsolidated={"v100": -2}),
+     "jobs[0].throughputs_unconsolidated.v100", "must be a number >= 0, got -2"),
+    (lambda d: d["jobs"][0].update(throughputs_unconsolidated={"a100": 2}),
+     "jobs[0].throughputs_unconsolidated", "unknown worker type 'a100'"),
     (lambda d: d["jobs"][0].update(scale_factor=0), "jobs[0].scale_factor", "integer >= 1, got 0"),
     (lambda d: d["jobs"][0].update(scale_factor=1.5), "jobs[0].scale_factor", "integer >= 1"),
     (lambda d: d["jobs"][0].update(weight=0), "jobs[0].weight", "must be a number > 0, got 0"),

@@ -235,3 +235,18 @@ def test_solver_status_is_checked():
     unbounded = cp.Problem(cp.Maximize(cp.sum(x)), [x >= 0])
     with pytest.raises(SolverError):
         solve(unbounded, LP_SOLVERS, "test")
+
+
+def test_unconsolidated_throughput_where_a_job_must_spread():
+    """Seed 1.3: a job wider than a server of a type runs at its unconsolidated speed there."""
+    inp = make_input([[100.0, 100.0]], [8, 8], types=("small_nodes", "big_nodes"),
+                     scale_factors=np.array([8]),
+                     unconsolidated_throughputs=np.array([[60.0, 60.0]]),
+                     gpus_per_node=np.array([4.0, 8.0]))
+    assert inp.solo_throughputs.tolist() == [[60.0, 100.0]]
+    alloc = make_policy("max_throughput").allocate(inp)
+    assert alloc.x[0].tolist() == pytest.approx([0.0, 1.0], abs=1e-6)
+    # Unknown server size or unknown unconsolidated speed: the given throughput stands.
+    plain = make_input([[100.0, 100.0]], [8, 8], scale_factors=np.array([8]),
+                       gpus_per_node=np.array([4.0, 8.0]))
+    assert plain.solo_throughputs.tolist() == [[100.0, 100.0]]

@@ -9,7 +9,12 @@ from ..model import Allocation, PolicyInput
 
 @runtime_checkable
 class Policy(Protocol):
-    """allocate(PolicyInput) -> Allocation; `name` and `summary` describe it."""
+    """allocate(PolicyInput) -> Allocation; `name` and `summary` describe it.
+
+    A policy that supports space sharing uses the input's pair rows; one with
+    `takes_all_pairs` is handed every pair, others a pruned list (see
+    space_sharing.WithPairs).
+    """
 
     name: str
     summary: str

@@ -222,6 +222,7 @@ class Gandiva:
     name = "gandiva"
     summary = "Gandiva: equal time shares, random job pairs packed on a GPU when it helps"
     supports_space_sharing = True
+    takes_all_pairs = True          # it draws its random pairs from all of them
 
     def __init__(self, seed: int = 0):
         self.seed = seed

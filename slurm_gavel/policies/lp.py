@@ -339,6 +339,7 @@ class LinearPolicy:
     name = ""
     summary = ""
     supports_space_sharing = True
+    takes_all_pairs = True          # it prices pair rows itself
     solvers = LP_SOLVERS
     # Pricing: pairs per job to start from, pairs per job added per round, rounds.
     initial_partners = 2

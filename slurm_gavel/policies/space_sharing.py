@@ -74,13 +74,14 @@ def initial_pairs(inp: PolicyInput, per_job: int) -> np.ndarray:
 class WithPairs:
     """Runs a policy with space sharing on.
 
-    Policies that price pair rows themselves (`LinearPolicy`) get every pair;
-    others get the dominated ones removed and ~per_job partners per job.
+    Policies that handle every pair themselves (`takes_all_pairs`: the LP
+    policies price them, Gandiva samples them) get every pair; others get the
+    dominated ones removed and ~per_job partners per job.
     """
 
     def __init__(self, policy, per_job: int | None = DEFAULT_PARTNERS_PER_JOB):
         self.policy = policy
-        self.per_job = None if hasattr(policy, "max_pricing_rounds") else per_job
+        self.per_job = None if getattr(policy, "takes_all_pairs", False) else per_job
         self.name, self.summary = policy.name, policy.summary
         self.supports_space_sharing = True
 
