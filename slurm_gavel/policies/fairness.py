@@ -5,10 +5,10 @@ import cvxpy as cp
 import numpy as np
 
 from ..model import PolicyInput
-from .lp import CONIC_SOLVERS, AllocationProgram, LinearPolicy
+from .lp import CONIC_SOLVERS, AllocationProgram, LinearPolicy, MaxMinPolicy
 
 
-class MaxMinFairness(LinearPolicy):
+class MaxMinFairness(MaxMinPolicy):
     """Maximize the smallest weighted, normalized effective throughput.
 
     Each job's throughput is normalized by its throughput under the isolated
@@ -26,13 +26,8 @@ class MaxMinFairness(LinearPolicy):
     name = "max_min_fairness"
     summary = "max-min fairness / least attained service: maximize the smallest normalized throughput"
 
-    def formulate(self, program: AllocationProgram):
-        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        objective = cp.Maximize(cp.min(cp.multiply(coef, program.throughput)))
-        return cp.Problem(objective, program.constraints), {"coef": coef}
-
-    def parameters(self, inp: PolicyInput) -> dict:
-        return {"coef": 1.0 / (inp.weights * inp.isolated_throughputs())}
+    def coefficients(self, inp: PolicyInput) -> np.ndarray:
+        return 1.0 / (inp.weights * inp.isolated_throughputs())
 
 
 class FinishTimeFairness(LinearPolicy):

@@ -475,3 +475,31 @@ class LinearPolicy:
             # few per job is what the next LP can use.
             active |= top_per_job(full.pair_jobs, score, self.pricing_batch) & np.isfinite(score)
         return allocation, {"pair_rows": int(active.sum()), "pricing_rounds": rounds}
+
+
+class CoefficientPolicy(LinearPolicy):
+    """A policy whose numbers are one coefficient per job, `coefficients(inp)`."""
+
+    def coefficients(self, inp: PolicyInput) -> np.ndarray:
+        raise NotImplementedError
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        return {"coef": self.coefficients(inp)}
+
+
+class MaxMinPolicy(CoefficientPolicy):
+    """maximize_X min_m c_m * throughput(m, X)."""
+
+    def formulate(self, program: AllocationProgram):
+        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
+        objective = cp.Maximize(cp.min(cp.multiply(coef, program.throughput)))
+        return cp.Problem(objective, program.constraints), {"coef": coef}
+
+
+class MaxSumPolicy(CoefficientPolicy):
+    """maximize_X sum_m c_m * throughput(m, X)."""
+
+    def formulate(self, program: AllocationProgram):
+        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
+        objective = cp.Maximize(program.total(cp.multiply(coef, program.throughput)))
+        return cp.Problem(objective, program.constraints), {"coef": coef}

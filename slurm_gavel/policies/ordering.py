@@ -1,13 +1,13 @@
 """Order-based policies: FIFO and shortest job first."""
 from __future__ import annotations
 
-import cvxpy as cp
+import numpy as np
 
 from ..model import PolicyInput
-from .lp import AllocationProgram, LinearPolicy
+from .lp import MaxSumPolicy
 
 
-class Fifo(LinearPolicy):
+class Fifo(MaxSumPolicy):
     """First in, first out, heterogeneity-aware (seed Table 1).
 
         maximize_X sum_m (n - rank_m) * throughput(m, X) / fastest_m
@@ -20,15 +20,11 @@ class Fifo(LinearPolicy):
     name = "fifo"
     summary = "first in, first out: earlier jobs get GPUs first, on the types that suit them"
 
-    def formulate(self, program: AllocationProgram):
-        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        return cp.Problem(cp.Maximize(program.total(cp.multiply(coef, program.throughput))), program.constraints), {"coef": coef}
-
-    def parameters(self, inp: PolicyInput) -> dict:
-        return {"coef": (inp.n_jobs - inp.arrival_order()) / inp.fastest_throughputs()}
+    def coefficients(self, inp: PolicyInput) -> np.ndarray:
+        return (inp.n_jobs - inp.arrival_order()) / inp.fastest_throughputs()
 
 
-class ShortestJobFirst(LinearPolicy):
+class ShortestJobFirst(MaxSumPolicy):
     """Shortest (remaining) job first, as an LP.
 
         maximize_X sum_m w_m * throughput(m, X) / s_m
@@ -50,11 +46,7 @@ class ShortestJobFirst(LinearPolicy):
     def check(self, inp: PolicyInput):
         inp.require("steps_remaining", self.name)
 
-    def formulate(self, program: AllocationProgram):
-        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        return cp.Problem(cp.Maximize(program.total(cp.multiply(coef, program.throughput))), program.constraints), {"coef": coef}
-
-    def parameters(self, inp: PolicyInput) -> dict:
+    def coefficients(self, inp: PolicyInput) -> np.ndarray:
         # Normalize so the largest coefficient is 1: keeps the LP well scaled.
         coef = inp.weights / inp.steps_remaining.clip(min=1e-9)
-        return {"coef": coef / coef.max()}
+        return coef / coef.max()
