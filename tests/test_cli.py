@@ -147,6 +147,18 @@ def test_every_policy_solves_the_example(policy, capsys):
         assert sum(row.values()) <= 1 + 1e-6
 
 
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_solves_the_space_sharing_example(policy, capsys):
+    """examples/space_sharing.json has every optional field: no policy lacks anything."""
+    example = str(ROOT / "examples" / "space_sharing.json")
+    flags = ["--space-sharing"] if POLICIES[policy].supports_space_sharing else []
+    code, out, err = run(capsys, "solve", "--policy", policy, "--input", example, "--json", *flags)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc["allocation"]) == {"0", "1"}
+    assert all(v >= 0 for v in doc["effective_throughput"].values())
+
+
 def test_stdin_in_process(capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(SEED)))
     code, out, _ = run(capsys, "solve", "--policy", "las", "--input", "-", "--json")
