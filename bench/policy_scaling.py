@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import resource
 import subprocess
 import sys

@@ -12,7 +12,8 @@ from slurm_gavel.model import Allocation, PolicyInput
 from slurm_gavel.policies import ALIASES, POLICIES, make_policy
 from slurm_gavel.policies.fairness import MaxMinFairness
 from slurm_gavel.policies.hierarchical import Hierarchical
-from slurm_gavel.policies.lp import AllocationProgram, solve
+from slurm_gavel.policies.program import AllocationProgram
+from slurm_gavel.policies.solver import solve
 
 # The Pareto checker's own solvers: tolerances far below the 1e-6 it checks.
 RELAX = 1e-12

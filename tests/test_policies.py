@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from helpers import assert_feasible, make_input, random_input
 from slurm_gavel.errors import InputError, SolverError, UnknownPolicyError
 from slurm_gavel.policies import POLICIES, make_policy
-from slurm_gavel.policies.lp import LP_SOLVERS, solve
+from slurm_gavel.policies.solver import LP_SOLVERS, solve
 
 SEED_T = [[40.0, 10.0], [12.0, 4.0], [100.0, 50.0]]
 LP_POLICIES = ["max_min_fairness", "finish_time_fairness", "fifo", "sjf", "makespan",

@@ -229,7 +229,7 @@ class Gandiva:
 
     def allocate(self, inp: PolicyInput) -> Allocation:
         started = time.perf_counter()
-        n, k, npair = inp.n_jobs, inp.n_types, inp.n_pairs
+        n, npair = inp.n_jobs, inp.n_pairs
         a, b = inp.pair_jobs[:, 0], inp.pair_jobs[:, 1]
         solo = inp.solo_throughputs
         can_share = inp.pair_feasible & (solo[a] > 0) & (solo[b] > 0)       # (P, k)

@@ -6,7 +6,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..model import Allocation, PolicyInput
-from .lp import AllocationProgram, Compiled, LinearPolicy, solve
+from .lp import LinearPolicy
+from .program import AllocationProgram
+from .solver import Compiled, solve
 
 
 def value_per_dollar(inp: PolicyInput) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,9 @@ import cvxpy as cp
 import numpy as np
 
 from ..model import PolicyInput
-from .lp import CONIC_SOLVERS, AllocationProgram, LinearPolicy, MaxMinPolicy
+from .lp import LinearPolicy, MaxMinPolicy
+from .program import AllocationProgram
+from .solver import CONIC_SOLVERS
 
 
 class MaxMinFairness(MaxMinPolicy):

@@ -105,7 +105,8 @@ import numpy as np
 
 from ..errors import SolverError
 from ..model import Allocation, PolicyInput
-from .lp import CLARABEL, AllocationProgram, ProgramCache, repair, solve, structure_key
+from .program import AllocationProgram, repair, structure_key
+from .solver import CLARABEL, ProgramCache, solve
 
 # All in normalized-throughput units (1.0 = the job's isolated throughput).
 TOL = 3e-7        # a rise smaller than this does not count (solver noise)
