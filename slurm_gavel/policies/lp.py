@@ -44,6 +44,8 @@ class LinearPolicy:
     # Pricing: pairs per job to start from, pairs per job added per round, rounds.
     initial_partners = 2
     max_pricing_rounds = 30
+    # Pricing drops pair rows left empty this many rounds in a row.
+    idle_rounds = 2
     # Solve identical jobs as one row (exact; see symmetry.py).
     use_symmetry = True
     pricing_batch = 4
@@ -160,6 +162,7 @@ class LinearPolicy:
         shared.update({name: pair for name, (_, pair) in self.rates(full).items()})
         feasible = full.pair_feasible
         active = initial_pairs(full, self.initial_partners)
+        idle = np.zeros(full.n_pairs, dtype=np.int64)
         for rounds in range(1, self.max_pricing_rounds + 1):
             rows = np.flatnonzero(active)
             allocation, compiled = self._solve_once(full.pairs_subset(rows))
@@ -170,11 +173,17 @@ class LinearPolicy:
             score = np.where(active | (gain <= tolerance), -np.inf, gain)
             if not np.isfinite(score).any():
                 break
+            # Rows the solutions have left empty for a while, and that would
+            # not improve this one, leave the LP: it stays small, and pricing
+            # brings a row back whenever it would help.
+            used = allocation.x_pairs.sum(axis=1) > 0
+            idle[rows] = np.where(used, 0, idle[rows] + 1)
+            active[rows[(idle[rows] >= self.idle_rounds) & (gain[rows] < -tolerance)]] = False
             # Each job takes its few most improving partners this round: the
             # best columns are often many copies of one kind of pair, and a
             # few per job is what the next LP can use.
             active |= top_per_job(full.pair_jobs, score, self.pricing_batch) & np.isfinite(score)
-        return allocation, {"pair_rows": int(active.sum()), "pricing_rounds": rounds}
+        return allocation, {"pair_rows": len(rows), "pricing_rounds": rounds}
 
 
 class CoefficientPolicy(LinearPolicy):
