@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
@@ -267,21 +267,6 @@ class PolicyInput:
             i = int(np.argmax(missing))
             raise InputError(f"jobs[{self.job_ids[i]}].{field_name}",
                              f"is required by policy {policy}")
-
-    def subset(self, rows: Sequence[int]) -> "PolicyInput":
-        """The input restricted to some jobs (pairs of dropped jobs go too)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        remap = np.full(self.n_jobs, -1)
-        remap[rows] = np.arange(len(rows))
-        keep = (remap[self.pair_jobs] >= 0).all(axis=1) if self.n_pairs else np.zeros(0, bool)
-        return replace(
-            self, job_ids=tuple(self.job_ids[i] for i in rows),
-            throughputs=self.throughputs[rows], scale_factors=self.scale_factors[rows],
-            weights=self.weights[rows], entities=tuple(self.entities[i] for i in rows),
-            steps_remaining=self.steps_remaining[rows],
-            time_since_arrival=self.time_since_arrival[rows], slo=self.slo[rows],
-            unconsolidated_throughputs=self.unconsolidated_throughputs[rows],
-            pair_jobs=remap[self.pair_jobs[keep]], pair_throughputs=self.pair_throughputs[keep])
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Solving: which solver, with what options, and what counts as an answer.
 
-HiGHS for LPs and MILPs, Clarabel as the fallback (and the solver for conic
+HiGHS for LPs (its interior point), Clarabel as the fallback (and the solver for conic
 problems such as finish-time fairness).  A status other than optimal raises
 `SolverError`: a wrong X never leaves this module.  Also the cache of compiled
 problems that lets a policy refill numbers instead of rebuilding.
@@ -22,10 +22,8 @@ from .program import AllocationProgram
 # Options per solver.  HiGHS' interior point (with crossover, so X is a vertex)
 # is 5-20x faster than its simplex on these LPs past a few hundred jobs.
 HIGHS_LP = ("HIGHS", {"highs_options": {"solver": "ipm"}})
-HIGHS_MILP = ("HIGHS", {})
 CLARABEL = ("CLARABEL", {})
 LP_SOLVERS = (HIGHS_LP, CLARABEL)
-MILP_SOLVERS = (HIGHS_MILP,)
 CONIC_SOLVERS = (CLARABEL,)
 
 
