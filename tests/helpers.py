@@ -34,14 +34,10 @@ def random_input(rng: np.random.Generator, n: int, k: int, pairs: int = 0,
                   time_since_arrival=rng.uniform(0, 1e4, n),
                   prices=rng.uniform(0.3, 3.0, k))
     if pairs and n >= 2:
-        chosen = set()
-        while len(chosen) < pairs:
-            a, b = sorted(rng.choice(n, size=2, replace=False).tolist())
-            if sf[a] == sf[b]:
-                chosen.add((a, b))
-            if len(chosen) >= n * (n - 1) // 2:
-                break
-        pj = np.array(sorted(chosen)).reshape(-1, 2)
+        a, b = np.triu_indices(n, k=1)
+        same = np.flatnonzero(sf[a] == sf[b])          # only jobs of one scale factor pair up
+        pick = np.sort(rng.choice(same, size=min(pairs, len(same)), replace=False))
+        pj = np.stack([a[pick], b[pick]], axis=1).reshape(-1, 2)
         solo = t[pj]                                   # (P, 2, k)
         share = rng.uniform(0.3, 0.8, size=(len(pj), k, 2))
         pt = np.transpose(solo, (0, 2, 1)) * share

@@ -1,0 +1,234 @@
+"""The round-based mechanism: an allocation X in, one round's placements out (seed 4.2-4.4).
+
+It sees only three things: the allocation (job and pair rows of X), its own
+ledger of the time each row has received on each worker type, and the GPUs
+that are free for it.  Each round it
+
+1. computes priorities = X / time received since the last reset, with an
+   infinite priority for an entry that has an allocation but no time yet
+   (the paper's Figure 5: the anti-starvation rule);
+2. picks rows greedily, highest priority first (Algorithm 1): an entry whose
+   scale factor does not fit what is left of its type is skipped, and once a
+   row is picked every other row that shares a job with it is out, so no job
+   runs twice in a round;
+3. places the picked rows on servers: a row that stays on its type keeps its
+   servers (its lease is renewed, it is not stopped at all); the others go
+   largest scale factor first onto as few servers as possible.
+
+The result is a `RoundPlan`: what keeps running, what starts (on which type
+and servers), what must stop.  Backends (Slurm, simulated) execute plans; the
+mechanism knows nothing of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .model import Allocation
+
+Row = tuple[str, ...]          # one job ("7",) or a pair of jobs ("7", "9")
+
+
+@dataclass(frozen=True)
+class Server:
+    """A node: its name, the GPU type it holds, and how many of its GPUs are free to schedule."""
+
+    name: str
+    worker_type: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A row (job or pair) on GPUs of one type for a round: (server, GPUs there) pairs."""
+
+    jobs: Row
+    worker_type: str
+    servers: tuple[tuple[str, int], ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(count for _, count in self.servers)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.servers)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One round: everything that runs, and how that differs from the round before."""
+
+    round: int
+    assignments: tuple[Assignment, ...]
+    keep: tuple[Assignment, ...]       # same jobs, type and servers as last round: lease renewed
+    start: tuple[Assignment, ...]      # new, resumed or moved
+    preempt: tuple[str, ...]           # jobs that ran last round and must stop now
+
+    @property
+    def running_jobs(self) -> set[str]:
+        return {job for a in self.assignments for job in a.jobs}
+
+
+class Ledger:
+    """Seconds each row has received on each worker type.
+
+    `since_reset` drives priorities and restarts at every reset event (a new
+    allocation), so that it measures how well the current X is being met;
+    `total` keeps each job's time per type for good (a pair's time counts for
+    both of its jobs).
+    """
+
+    def __init__(self, worker_types: Sequence[str]):
+        self.worker_types = tuple(worker_types)
+        self._column = {wt: j for j, wt in enumerate(self.worker_types)}
+        self._since_reset: dict[Row, np.ndarray] = {}
+        self._total: dict[str, np.ndarray] = {}
+
+    def record(self, assignments: Iterable[Assignment], seconds: float):
+        """Credit `seconds` of a round to every row that ran in it."""
+        for a in assignments:
+            j = self._column[a.worker_type]
+            self._since_reset.setdefault(a.jobs, np.zeros(len(self.worker_types)))[j] += seconds
+            for job in a.jobs:
+                self._total.setdefault(job, np.zeros(len(self.worker_types)))[j] += seconds
+
+    def reset(self):
+        self._since_reset.clear()
+
+    def forget(self, job: str):
+        """Drop a job that left the system (completed, cancelled)."""
+        self._total.pop(job, None)
+        for row in [r for r in self._since_reset if job in r]:
+            del self._since_reset[row]
+
+    def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
+        """(R, k) seconds each row received since the last reset."""
+        zero = np.zeros(len(self.worker_types))
+        return np.array([self._since_reset.get(row, zero) for row in rows]).reshape(
+            len(rows), len(self.worker_types))
+
+    def total(self, job: str) -> dict[str, float]:
+        seconds = self._total.get(job, np.zeros(len(self.worker_types)))
+        return dict(zip(self.worker_types, map(float, seconds)))
+
+
+def allocation_rows(allocation: Allocation) -> tuple[list[Row], np.ndarray]:
+    """The rows of X (jobs, then pairs) and their (R, k) allocation."""
+    rows: list[Row] = [(job,) for job in allocation.job_ids]
+    rows += [(allocation.job_ids[a], allocation.job_ids[b]) for a, b in allocation.pair_jobs.tolist()]
+    return rows, np.vstack([allocation.x, allocation.x_pairs])
+
+
+def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
+    """X / received, element-wise; inf where X > 0 and nothing was received yet, 0 where X = 0.
+
+    `received` may be seconds or rounds: only the order of priorities matters.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        prio = np.where(received > 0, x / received, np.inf)
+    return np.where(x > 0, prio, 0.0)
+
+
+def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, free: np.ndarray,
+           current: Mapping[Row, int] | None = None) -> list[tuple[int, int]]:
+    """Algorithm 1: (row, type) picks, highest priority first, no job twice, no type over `free`.
+
+    Ties go to a row that already runs on that type (no needless preemption),
+    then to input order.
+    """
+    current = current or {}
+    r_idx, t_idx = np.nonzero(prio > 0)
+    staying = np.array([current.get(rows[r]) == t for r, t in zip(r_idx, t_idx)], dtype=bool)
+    order = np.lexsort((t_idx, r_idx, ~staying, -prio[r_idx, t_idx]))
+    left = free.astype(np.int64).copy()
+    busy: set[str] = set()
+    chosen: list[tuple[int, int]] = []
+    for e in order:
+        r, t = int(r_idx[e]), int(t_idx[e])
+        if busy.intersection(rows[r]):
+            continue                      # a combination sharing a job was picked
+        if scale_factors[r] > left[t]:
+            continue                      # does not fit what is left of this type
+        chosen.append((r, t))
+        busy.update(rows[r])
+        left[t] -= scale_factors[r]
+    return chosen
+
+
+def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
+          previous: Mapping[Row, Assignment]) -> list[Assignment]:
+    """Put picked (row, type, GPUs) on servers.
+
+    A row that ran on the same type last round keeps its servers if they are
+    still free; the rest go largest first, to the fullest server that still
+    fits them whole (consolidated), else over the servers with most free GPUs.
+    """
+    free = {s.name: s.gpus for s in servers}
+    of_type: dict[str, list[str]] = {}
+    for s in servers:
+        of_type.setdefault(s.worker_type, []).append(s.name)
+    placed: list[Assignment] = []
+    waiting = []
+    for row, worker_type, gpus in picks:
+        before = previous.get(row)
+        if (before is not None and before.worker_type == worker_type and before.gpus == gpus
+                and all(free.get(name, 0) >= count for name, count in before.servers)):
+            for name, count in before.servers:
+                free[name] -= count
+            placed.append(before)
+        else:
+            waiting.append((row, worker_type, gpus))
+    for row, worker_type, gpus in sorted(waiting, key=lambda p: -p[2]):
+        names = of_type.get(worker_type, [])
+        fits = [n for n in names if free[n] >= gpus]
+        if fits:
+            best = min(fits, key=lambda n: (free[n], names.index(n)))
+            taken = [(best, gpus)]
+        else:
+            taken, need = [], gpus
+            for n in sorted(names, key=lambda n: (-free[n], names.index(n))):
+                if need == 0:
+                    break
+                use = min(free[n], need)
+                if use:
+                    taken.append((n, use))
+                    need -= use
+            if need:
+                raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; "
+                                 f"only {gpus - need} are free")
+        for name, count in taken:
+            free[name] -= count
+        placed.append(Assignment(row, worker_type, tuple(taken)))
+    return placed
+
+
+def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
+               scale_factors: Mapping[str, int],
+               previous: Sequence[Assignment] = ()) -> RoundPlan:
+    """The mechanism's whole step for round `number`."""
+    rows, x = allocation_rows(allocation)
+    worker_types = allocation.worker_types
+    prio = priorities(x, ledger.since_reset(rows))
+    sf = np.array([scale_factors[row[0]] for row in rows], dtype=np.int64)
+    free = np.zeros(len(worker_types), dtype=np.int64)
+    column = {wt: j for j, wt in enumerate(worker_types)}
+    for s in servers:
+        if s.worker_type in column:
+            free[column[s.worker_type]] += s.gpus
+    before = {a.jobs: a for a in previous}
+    current = {a.jobs: column.get(a.worker_type) for a in previous}
+    picks = [(rows[r], worker_types[t], int(sf[r]))
+             for r, t in select(rows, prio, sf, free, current)]
+    assignments = place(picks, servers, before)
+    kept = tuple(a for a in assignments if before.get(a.jobs) == a)
+    started = tuple(a for a in assignments if before.get(a.jobs) != a)
+    still = {job for a in kept for job in a.jobs}
+    preempt = tuple(sorted({job for a in previous for job in a.jobs} - still))
+    return RoundPlan(number, tuple(assignments), kept, started, preempt)
+
+
+__all__ = ["Assignment", "Ledger", "RoundPlan", "Row", "Server", "allocation_rows", "place",
+           "plan_round", "priorities", "select"]
