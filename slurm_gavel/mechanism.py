@@ -208,7 +208,12 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
                scale_factors: Mapping[str, int],
                previous: Sequence[Assignment] = ()) -> RoundPlan:
-    """The mechanism's whole step for round `number`."""
+    """The mechanism's whole step for round `number`.
+
+    `servers` are the GPUs free for scheduled jobs (GPUs of other jobs already
+    left out); `previous` is last round's assignments of jobs that are still
+    active (a finished job is not "preempted").
+    """
     rows, x = allocation_rows(allocation)
     worker_types = allocation.worker_types
     prio = priorities(x, ledger.since_reset(rows))
