@@ -1,0 +1,453 @@
+"""Workloads: measured throughput tables, job traces, synthetic trace generation.
+
+This module owns the job-side data that feeds the policies: `ThroughputTable`
+(solo and space-sharing throughputs per model, scale factor and worker type,
+read from and written to Gavel's JSON layout), `TraceJob` with `read_trace` /
+`write_trace` for Gavel's 10-field tab-separated trace format, the synthetic
+trace generator of seed section 2.2 (`generate_trace`), and `policy_input`,
+which turns a trace at a moment in time into a `PolicyInput`.  Plain
+dataclasses and numpy only; nothing here knows about Slurm.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .errors import InputError
+from .model import PolicyInput
+
+UNCONSOLIDATED_SUFFIX = "_unconsolidated"
+
+JobKey = tuple  # (model name, scale factor)
+
+
+# ---------------------------------------------------------------------------
+# Throughput table
+# ---------------------------------------------------------------------------
+@dataclass
+class ThroughputTable:
+    """Measured throughputs (steps/s) per (model, scale factor) and worker type.
+
+    `solo_by_type[wt][(model, sf)]` is the throughput running alone;
+    `pairs_by_type[wt][(model, sf)][(model2, sf2)]` is ``(t_model, t_model2)``
+    while the two share GPUs (``(0, 0)``: they cannot).  The ``unconsolidated_*``
+    maps hold the same for jobs spread over several servers, keyed by the
+    base worker type.
+    """
+
+    worker_types: tuple[str, ...]
+    solo_by_type: dict = field(default_factory=dict)
+    pairs_by_type: dict = field(default_factory=dict)
+    unconsolidated_solo_by_type: dict = field(default_factory=dict)
+    unconsolidated_pairs_by_type: dict = field(default_factory=dict)
+    # top-level key order of the source file, for a faithful round trip
+    _key_order: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    # -- reading ------------------------------------------------------------
+    @classmethod
+    def from_gavel_json(cls, path) -> "ThroughputTable":
+        path = Path(path)
+        where = f"{path}"
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise InputError(where, "file not found") from None
+        except OSError as e:
+            raise InputError(where, f"cannot read: {e.strerror or e}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(where, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        return cls.from_gavel_dict(data, source=where)
+
+    @classmethod
+    def from_gavel_dict(cls, data, source: str = "throughputs") -> "ThroughputTable":
+        if not isinstance(data, dict) or not data:
+            raise InputError(source, "expected a non-empty JSON object {worker_type: {job_key: {...}}}")
+        base_types: list[str] = []
+        solo, pairs, usolo, upairs = {}, {}, {}, {}
+        for wt, jobs in data.items():
+            where = f"{source}: {wt}"
+            unconsolidated = wt.endswith(UNCONSOLIDATED_SUFFIX)
+            base = wt[: -len(UNCONSOLIDATED_SUFFIX)] if unconsolidated else wt
+            if not base:
+                raise InputError(where, "worker type name is empty")
+            if not isinstance(jobs, dict):
+                raise InputError(where, f"expected an object of job keys, got {type(jobs).__name__}")
+            s_map, p_map = {}, {}
+            for job_key, others in jobs.items():
+                jk = _parse_job_key(job_key, f"{source}: {wt}: {job_key}")
+                kwhere = f"{source}: {wt}: {job_key}"
+                if not isinstance(others, dict):
+                    raise InputError(kwhere, f"expected an object, got {type(others).__name__}")
+                row = {}
+                for other, value in others.items():
+                    owhere = f"{kwhere}: {other}"
+                    if other == "null":
+                        s_map[jk] = _number(value, owhere)
+                    else:
+                        ok = _parse_job_key(other, owhere)
+                        if not isinstance(value, list) or len(value) != 2:
+                            raise InputError(owhere, "expected a pair [throughput_a, throughput_b]")
+                        row[ok] = (_number(value[0], owhere), _number(value[1], owhere))
+                p_map[jk] = row
+            if unconsolidated:
+                usolo[base], upairs[base] = s_map, p_map
+            else:
+                base_types.append(base)
+                solo[base], pairs[base] = s_map, p_map
+        for base in usolo:
+            if base not in solo:
+                raise InputError(f"{source}: {base}{UNCONSOLIDATED_SUFFIX}",
+                                 f"no consolidated table for worker type {base!r}")
+        return cls(tuple(base_types), solo, pairs, usolo, upairs, _key_order=tuple(data))
+
+    # -- queries ------------------------------------------------------------
+    def models(self, scale_factor: int = 1) -> list[str]:
+        """Models with a solo throughput at `scale_factor` on some type, in table order."""
+        seen: dict[str, None] = {}
+        for wt in self.worker_types:
+            for model, sf in self.solo_by_type.get(wt, {}):
+                if sf == scale_factor:
+                    seen.setdefault(model)
+        return list(seen)
+
+    def scale_factors(self, model: str) -> list[int]:
+        out = {sf for wt in self.worker_types for m, sf in self.solo_by_type.get(wt, {}) if m == model}
+        return sorted(out)
+
+    def solo(self, model: str, scale_factor: int = 1) -> dict[str, float]:
+        key = (model, scale_factor)
+        return {wt: self.solo_by_type[wt][key] for wt in self.worker_types
+                if key in self.solo_by_type.get(wt, {})}
+
+    def unconsolidated(self, model: str, scale_factor: int = 1) -> dict[str, float]:
+        key = (model, scale_factor)
+        return {wt: m[key] for wt, m in self.unconsolidated_solo_by_type.items() if key in m}
+
+    def pair(self, model_a: str, model_b: str, scale_factor: int = 1) -> dict[str, tuple[float, float]]:
+        a, b = (model_a, scale_factor), (model_b, scale_factor)
+        out = {}
+        for wt in self.worker_types:
+            row = self.pairs_by_type.get(wt, {}).get(a, {})
+            if b in row:
+                out[wt] = row[b]
+            else:   # fall back to the mirrored entry
+                mirrored = self.pairs_by_type.get(wt, {}).get(b, {}).get(a)
+                if mirrored is not None:
+                    out[wt] = (mirrored[1], mirrored[0])
+        return out
+
+    # -- writing ------------------------------------------------------------
+    def to_gavel_dict(self) -> dict:
+        def table(s_map, p_map):
+            out = {}
+            for jk in dict.fromkeys(list(p_map) + list(s_map)):
+                row = {}
+                if jk in s_map:
+                    row["null"] = s_map[jk]
+                for ok, (ta, tb) in p_map.get(jk, {}).items():
+                    row[str(tuple(ok))] = [ta, tb]
+                out[str(tuple(jk))] = row
+            return out
+
+        tables = {}
+        for wt in self.worker_types:
+            tables[wt] = table(self.solo_by_type.get(wt, {}), self.pairs_by_type.get(wt, {}))
+        for wt in self.unconsolidated_solo_by_type:
+            tables[wt + UNCONSOLIDATED_SUFFIX] = table(self.unconsolidated_solo_by_type[wt],
+                                                       self.unconsolidated_pairs_by_type.get(wt, {}))
+        order = [k for k in self._key_order if k in tables] + [k for k in tables if k not in self._key_order]
+        return {k: tables[k] for k in order}
+
+    def to_gavel_json(self, path) -> None:
+        _atomic_write(Path(path), json.dumps(self.to_gavel_dict(), indent=4) + "\n")
+
+
+def _parse_job_key(text, where) -> JobKey:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise InputError(where, "job key is not a Python tuple literal like \"('ResNet-50 (batch size 64)', 4)\"") from None
+    if (not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[0], str)
+            or not isinstance(value[1], int) or isinstance(value[1], bool) or value[1] < 1):
+        raise InputError(where, "job key must be a (model name, scale factor >= 1) tuple")
+    return (value[0], value[1])
+
+
+def _number(value, where) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(where, f"expected a number, got {json.dumps(value)[:40]}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise InputError(where, f"throughput must be a finite number >= 0, got {v}")
+    return v
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------
+# Traces
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceJob:
+    """One line of a Gavel trace."""
+
+    job_type: str
+    command: str
+    working_directory: str
+    num_steps_arg: str
+    needs_data_dir: bool
+    total_steps: int
+    scale_factor: int
+    priority_weight: float = 1.0
+    slo: float | None = None          # seconds; None = no SLO (-1 in the file)
+    arrival_time: float = 0.0         # seconds
+
+
+TRACE_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
+                "total_steps", "scale_factor", "priority_weight", "slo", "arrival_time")
+
+
+def read_trace(path) -> list[TraceJob]:
+    path = Path(path)
+    try:
+        with open(path, newline="") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        raise InputError(f"{path}", "file not found") from None
+    except OSError as e:
+        raise InputError(f"{path}", f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}", "not a UTF-8 text file") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    jobs = []
+    for number, line in enumerate(lines, start=1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line.strip():
+            continue
+        jobs.append(_parse_trace_line(line, f"{path}:{number}"))
+    return jobs
+
+
+def _parse_trace_line(line: str, where: str) -> TraceJob:
+    parts = line.split("\t")
+    if len(parts) != len(TRACE_FIELDS):
+        raise InputError(where, f"expected {len(TRACE_FIELDS)} tab-separated fields "
+                                f"({', '.join(TRACE_FIELDS)}), got {len(parts)}")
+    job_type, command, wd, nsa, ndd, steps, sf, weight, slo, arrival = parts
+
+    def integer(name, text, minimum):
+        try:
+            v = int(text)
+        except ValueError:
+            raise InputError(where, f"{name} must be an integer, got {text!r}") from None
+        if v < minimum:
+            raise InputError(where, f"{name} must be >= {minimum}, got {v}")
+        return v
+
+    def real(name, text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise InputError(where, f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise InputError(where, f"{name} must be finite, got {text!r}")
+        return v
+
+    if not job_type:
+        raise InputError(where, "job_type is empty")
+    if ndd not in ("0", "1"):
+        raise InputError(where, f"needs_data_dir must be 0 or 1, got {ndd!r}")
+    total_steps = integer("total_steps", steps, 0)
+    scale_factor = integer("scale_factor", sf, 1)
+    w = real("priority_weight", weight)
+    if w <= 0:
+        raise InputError(where, f"priority_weight must be > 0, got {weight!r}")
+    s = real("slo", slo)
+    if s == -1:
+        s = None
+    elif s <= 0:
+        raise InputError(where, f"slo must be > 0 or -1 (none), got {slo!r}")
+    t = real("arrival_time", arrival)
+    if t < 0:
+        raise InputError(where, f"arrival_time must be >= 0, got {arrival!r}")
+    return TraceJob(job_type, command, wd, nsa, ndd == "1", total_steps, scale_factor, w, s, t)
+
+
+def _fmt_number(v: float) -> str:
+    """Integers as integers (Gavel writes weights and arrival times that way), else exact repr."""
+    v = float(v)
+    return str(int(v)) if v.is_integer() else repr(v)
+
+
+def _fmt_slo(v: float | None) -> str:
+    if v is None:
+        return "%f" % -1.0
+    text = "%f" % v           # Gavel's own format; exact repr if that would lose precision
+    return text if float(text) == v else repr(float(v))
+
+
+def format_trace_line(job: TraceJob, where: str = "job") -> str:
+    for name in ("job_type", "command", "working_directory", "num_steps_arg"):
+        value = getattr(job, name)
+        if "\t" in value or "\n" in value or "\r" in value:
+            raise InputError(f"{where}.{name}", "must not contain tabs or line breaks")
+    return "\t".join((job.job_type, job.command, job.working_directory, job.num_steps_arg,
+                      "1" if job.needs_data_dir else "0", str(int(job.total_steps)),
+                      str(int(job.scale_factor)), _fmt_number(job.priority_weight),
+                      _fmt_slo(job.slo), _fmt_number(job.arrival_time)))
+
+
+def write_trace(path, jobs: Sequence[TraceJob]) -> None:
+    text = "".join(format_trace_line(j, f"jobs[{i}]") + "\n" for i, j in enumerate(jobs))
+    _atomic_write(Path(path), text)
+
+
+# ---------------------------------------------------------------------------
+# Synthetic traces (seed 2.2)
+# ---------------------------------------------------------------------------
+SCALE_FACTORS = (1, 2, 4, 8)
+SCALE_FACTOR_PROBS = (0.7, 0.1, 0.15, 0.05)
+
+
+def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
+                   rate_per_hour: float | None = None, duration_hours: float | None = None,
+                   multi_gpu: bool = False, seed: int = 0,
+                   reference_type: str = "v100") -> list[TraceJob]:
+    """Gavel's synthetic workload: uniform job types, heavy-tailed durations, Poisson arrivals.
+
+    Stops after `n_jobs` jobs, or (with a rate) at the first arrival at or after
+    `duration_hours`, whichever comes first.  Without a rate every job arrives
+    at time 0 (a static trace) and `n_jobs` is required.
+    """
+    if n_jobs is None and (duration_hours is None or rate_per_hour is None):
+        raise InputError("n_jobs", "give n_jobs, or rate_per_hour together with duration_hours")
+    if n_jobs is not None and n_jobs < 0:
+        raise InputError("n_jobs", f"must be >= 0, got {n_jobs}")
+    if rate_per_hour is not None and not rate_per_hour > 0:
+        raise InputError("rate_per_hour", f"must be > 0, got {rate_per_hour}")
+    if reference_type not in table.worker_types:
+        raise InputError("reference_type", f"{reference_type!r} is not in the table "
+                                           f"(types: {', '.join(table.worker_types)})")
+    ref = table.solo_by_type[reference_type]
+    models = [m for m in table.models(1) if ref.get((m, 1), 0) > 0]
+    if not models:
+        raise InputError("table", f"no scale-factor-1 model has a throughput on {reference_type}")
+    type_rng, dur_rng, sf_rng, arr_rng = (np.random.default_rng(s)
+                                          for s in np.random.SeedSequence(seed).spawn(4))
+    available = {sf: {m for m in models if ref.get((m, sf), 0) > 0} for sf in SCALE_FACTORS}
+    jobs: list[TraceJob] = []
+    t = 0.0
+    limit = None if duration_hours is None else duration_hours * 3600.0
+    while n_jobs is None or len(jobs) < n_jobs:
+        if jobs and rate_per_hour is not None:
+            t += float(arr_rng.exponential(3600.0 / rate_per_hour))
+        if limit is not None and rate_per_hour is not None and t >= limit:
+            break
+        sf = 1
+        if multi_gpu:
+            sf = int(SCALE_FACTORS[sf_rng.choice(len(SCALE_FACTORS), p=SCALE_FACTOR_PROBS)])
+            if not available[sf]:
+                raise InputError("table", f"no model has a scale-factor-{sf} throughput on {reference_type}")
+        while True:
+            model = models[int(type_rng.integers(len(models)))]
+            if model in available[sf]:
+                break
+        if dur_rng.random() < 0.8:
+            x = dur_rng.uniform(1.5, 3.0)
+        else:
+            x = dur_rng.uniform(3.0, 4.0)
+        duration = 60.0 * 10.0 ** x
+        steps = int(ref[(model, sf)] * duration)
+        jobs.append(TraceJob(job_type=model, command="", working_directory="", num_steps_arg="",
+                             needs_data_dir=False, total_steps=steps, scale_factor=sf,
+                             priority_weight=1.0, slo=None, arrival_time=t))
+    return jobs
+
+
+# ---------------------------------------------------------------------------
+# Trace -> PolicyInput
+# ---------------------------------------------------------------------------
+def policy_input(jobs: Sequence[TraceJob], table: ThroughputTable, cluster: Mapping[str, float],
+                 now: float, steps_done: Mapping | None = None,
+                 include_pairs: bool = False) -> PolicyInput:
+    """The `PolicyInput` for the jobs that have arrived by `now` and still have steps to run.
+
+    Job ids are the jobs' indices in `jobs` (as strings); `steps_done` may be
+    keyed by that id or by the integer index.  With `include_pairs`, every two
+    active jobs with the same scale factor and a measured pair become a pair row.
+    """
+    steps_done = steps_done or {}
+    types = tuple(cluster)
+    for wt in types:
+        if wt not in table.worker_types:
+            raise InputError(f"cluster.{wt}", "worker type is not in the throughput table")
+    ids, rows, urows, sfs, weights, remaining, ages, slos, keys = [], [], [], [], [], [], [], [], []
+    for i, job in enumerate(jobs):
+        if job.arrival_time > now:
+            continue
+        done = steps_done.get(str(i), steps_done.get(i, 0))
+        left = job.total_steps - done
+        if left <= 0:
+            continue
+        solo = table.solo(job.job_type, job.scale_factor)
+        if not solo:
+            raise InputError(f"jobs[{i}].job_type",
+                             f"{job.job_type!r} at scale factor {job.scale_factor} is not in the throughput table")
+        uncons = table.unconsolidated(job.job_type, job.scale_factor)
+        ids.append(str(i))
+        rows.append([solo.get(wt, np.nan) for wt in types])
+        urows.append([uncons.get(wt, np.nan) for wt in types])
+        sfs.append(job.scale_factor)
+        weights.append(job.priority_weight)
+        remaining.append(left)
+        ages.append(now - job.arrival_time)
+        slos.append(np.nan if job.slo is None else job.slo)
+        keys.append((job.job_type, job.scale_factor))
+    n, k = len(ids), len(types)
+    pair_jobs, pair_thr = [], []
+    if include_pairs:
+        for a in range(n):
+            for b in range(a + 1, n):
+                if sfs[a] != sfs[b]:
+                    continue
+                p = table.pair(keys[a][0], keys[b][0], sfs[a])
+                if p:
+                    pair_jobs.append((a, b))
+                    pair_thr.append([p.get(wt, (np.nan, np.nan)) for wt in types])
+    return PolicyInput(
+        worker_types=types, counts=np.array([cluster[wt] for wt in types], dtype=float),
+        job_ids=tuple(ids), throughputs=np.array(rows, dtype=float).reshape(n, k),
+        scale_factors=np.array(sfs, dtype=np.int64), weights=np.array(weights, dtype=float),
+        steps_remaining=np.array(remaining, dtype=float),
+        time_since_arrival=np.array(ages, dtype=float), slo=np.array(slos, dtype=float),
+        unconsolidated_throughputs=np.array(urows, dtype=float).reshape(n, k),
+        pair_jobs=np.array(pair_jobs, dtype=np.int64).reshape(-1, 2),
+        pair_throughputs=np.array(pair_thr, dtype=float).reshape(len(pair_jobs), k, 2))
