@@ -85,23 +85,27 @@ class LinearPolicy:
             return Allocation(inp.job_ids, inp.worker_types, np.zeros((0, inp.n_types)), self.name)
         # Pairs that can never help (seed 6.2) go first; that loses nothing.
         work = prune_pairs(inp, per_job=None) if inp.n_pairs else inp
-        classes = find_classes(work, self._per_job_numbers(work)) if self.use_symmetry else None
+        # The policy's numbers, computed once: per job, and per rate.
+        params, rates = self.parameters(work), self.rates(work)
+        classes = (find_classes(work, self._per_job_numbers(work, params, rates))
+                   if self.use_symmetry else None)
         if classes is not None:
-            allocation = self._solve_classes(work, classes)
+            allocation = self._solve_classes(work, classes, params, rates)
             extra = {"job_classes": classes.n_classes}
         elif work.n_pairs:
-            allocation, extra = self._priced(work)
+            allocation, extra = self._priced(work, params, rates)
         else:
-            allocation, _ = self._solve_once(work)
+            allocation, _ = self._solve_once(work, params, rates)
             extra = {}
         extra.update(self.info(allocation, inp))
         return replace(allocation, solve_seconds=time.perf_counter() - started,
                        info={**allocation.info, **extra})
 
-    def _per_job_numbers(self, inp: PolicyInput) -> list:
+    @staticmethod
+    def _per_job_numbers(inp: PolicyInput, params: dict, rates: dict) -> list:
         """Everything per job this policy looks at, to tell identical jobs apart."""
-        numbers = [np.asarray(v, dtype=float) for v in self.parameters(inp).values()]
-        numbers += [solo for solo, _ in self.rates(inp).values()]
+        numbers = [np.asarray(v, dtype=float) for v in params.values()]
+        numbers += [solo for solo, _ in rates.values()]
         return [v for v in numbers if v.ndim and v.shape[0] == inp.n_jobs]
 
     def _run(self, structure: Structure, numbers: Numbers, rates: dict, params: dict,
@@ -120,16 +124,18 @@ class LinearPolicy:
             compiled.params[name].value = value
         return self.solve(compiled, inp), compiled
 
-    def _solve_once(self, inp: PolicyInput) -> tuple[Allocation, Compiled]:
-        value, compiled = self._run(Structure.of(inp), Numbers.of(inp), self.rates(inp),
-                                    self.parameters(inp), inp)
+    def _solve_once(self, inp: PolicyInput, params: dict | None = None,
+                    rates: dict | None = None) -> tuple[Allocation, Compiled]:
+        params = self.parameters(inp) if params is None else params
+        rates = self.rates(inp) if rates is None else rates
+        value, compiled = self._run(Structure.of(inp), Numbers.of(inp), rates, params, inp)
         x, xp = repair(inp, *compiled.program.values())
         allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
                                 objective=self.objective_value(value, inp),
                                 pair_jobs=inp.pair_jobs, x_pairs=xp)
         return allocation, compiled
 
-    def _solve_classes(self, inp: PolicyInput, classes) -> Allocation:
+    def _solve_classes(self, inp: PolicyInput, classes, params: dict, rates: dict) -> Allocation:
         """Solve with one row per class of identical jobs, then give every job its class's row."""
         from .symmetry import class_pair_numbers, expand
 
@@ -144,9 +150,9 @@ class LinearPolicy:
         numbers = Numbers(inp.solo_throughputs[reps], inp.feasible[reps], inp.counts,
                           class_pair_numbers(inp, classes, inp.shared_throughputs), pair_feasible)
         rates = {name: (solo[reps], class_pair_numbers(inp, classes, shared))
-                 for name, (solo, shared) in self.rates(inp).items()}
+                 for name, (solo, shared) in rates.items()}
         params = {name: (np.asarray(v)[reps] if np.ndim(v) and np.shape(v)[0] == n else v)
-                  for name, v in self.parameters(inp).items()}
+                  for name, v in params.items()}
         value, compiled = self._run(structure, numbers, rates, params, inp)
         y, z = compiled.program.values()
         x, pair_jobs, x_pairs = expand(inp, classes, y, z)
@@ -155,17 +161,19 @@ class LinearPolicy:
                           objective=self.objective_value(value, inp),
                           pair_jobs=pair_jobs, x_pairs=x_pairs)
 
-    def _priced(self, full: PolicyInput) -> tuple[Allocation, dict]:
+    def _priced(self, full: PolicyInput, params: dict, rates: dict) -> tuple[Allocation, dict]:
         from .space_sharing import initial_pairs, top_per_job
 
         shared = {"throughputs": full.shared_throughputs}
-        shared.update({name: pair for name, (_, pair) in self.rates(full).items()})
+        shared.update({name: pair for name, (_, pair) in rates.items()})
         feasible = full.pair_feasible
         active = initial_pairs(full, self.initial_partners)
         idle = np.zeros(full.n_pairs, dtype=np.int64)
         for rounds in range(1, self.max_pricing_rounds + 1):
             rows = np.flatnonzero(active)
-            allocation, compiled = self._solve_once(full.pairs_subset(rows))
+            allocation, compiled = self._solve_once(
+                full.pairs_subset(rows), params,
+                {name: (solo, pair[rows]) for name, (solo, pair) in rates.items()})
             gain = compiled.program.reduced_costs(full.pair_jobs, full.scale_factors, shared)
             gain = np.where(feasible, gain, -np.inf).max(axis=1)
             # Improvements below this are solver noise, not better pairs.
