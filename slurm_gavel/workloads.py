@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .errors import InputError
+from .inputs import _number as checked_number
 from .model import PolicyInput
 
 UNCONSOLIDATED_SUFFIX = "_unconsolidated"
@@ -184,12 +185,7 @@ def _parse_job_key(text, where) -> JobKey:
 
 
 def _number(value, where) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(where, f"expected a number, got {json.dumps(value)[:40]}")
-    v = float(value)
-    if not math.isfinite(v) or v < 0:
-        raise InputError(where, f"throughput must be a finite number >= 0, got {v}")
-    return v
+    return checked_number(value, where, ">= 0")
 
 
 def _atomic_write(path: Path, text: str) -> None:

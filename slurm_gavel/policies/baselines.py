@@ -18,6 +18,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ..errors import InputError
 from ..model import Allocation, PolicyInput
+from .space_sharing import pair_gains
 
 
 class Isolated:
@@ -236,9 +237,7 @@ class Gandiva:
         kept = np.zeros(npair, dtype=bool)
         packing = bool(npair) and bool(inp.scale_factors.sum() > inp.counts.sum())
         if packing:
-            shared = inp.shared_throughputs
-            with np.errstate(divide="ignore", invalid="ignore"):
-                combined = np.where(can_share, shared[:, :, 0] / solo[a] + shared[:, :, 1] / solo[b], 0.0)
+            combined = np.where(can_share, pair_gains(inp) + 1.0, 0.0)
             tries = can_share.sum(axis=1)
             mean = combined.sum(axis=1) / np.maximum(tries, 1)
             works = (tries > 0) & (mean > 1.0)

@@ -232,15 +232,7 @@ class Hierarchical:
         return remaining, (first if first is not None else np.zeros_like(floor)), residual
 
     def _solve(self, problem: cp.Problem, what: str) -> float:
-        """`lp.solve` with each solver in turn; a solver that gives up without a
-        status (cvxpy raises ValueError then) hands over to the next one."""
-        failures = []
-        for solver in self.solvers:
-            try:
-                return solve(problem, (solver,), f"{self.name} ({what})")
-            except (SolverError, ValueError) as err:
-                failures.append(str(err))
-        raise SolverError("; ".join(failures))
+        return solve(problem, self.solvers, f"{self.name} ({what})")
 
     def allocate(self, inp: PolicyInput) -> Allocation:
         started = time.perf_counter()

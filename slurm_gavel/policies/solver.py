@@ -80,8 +80,10 @@ def solve(problem: cp.Problem, solvers, what: str) -> float:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 problem.solve(solver=name, ignore_dpp=ignore_dpp, **options)
-        except cp.error.SolverError as err:
-            tried.append(f"{name}: {str(err).splitlines()[0]}")
+        except (cp.error.SolverError, ValueError) as err:
+            # cvxpy raises ValueError when a solver stops without a status
+            # (HiGHS "unknown"): a failure of that solver, not of the input.
+            tried.append(f"{name}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
             continue
         if problem.status == cp.OPTIMAL:
             return float(problem.value)
