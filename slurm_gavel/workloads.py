@@ -17,7 +17,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -347,6 +347,23 @@ def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
         raise InputError("n_jobs", "give n_jobs, or rate_per_hour together with duration_hours")
     if n_jobs is not None and n_jobs < 0:
         raise InputError("n_jobs", f"must be >= 0, got {n_jobs}")
+    limit = None if duration_hours is None else duration_hours * 3600.0
+    jobs: list[TraceJob] = []
+    if n_jobs == 0:
+        return jobs
+    for job in iter_trace(table, rate_per_hour, multi_gpu, seed, reference_type):
+        if limit is not None and rate_per_hour is not None and job.arrival_time >= limit:
+            break
+        jobs.append(job)
+        if n_jobs is not None and len(jobs) >= n_jobs:
+            break
+    return jobs
+
+
+def iter_trace(table: ThroughputTable, rate_per_hour: float | None = None,
+               multi_gpu: bool = False, seed: int = 0,
+               reference_type: str = "v100") -> Iterator[TraceJob]:
+    """The endless stream behind `generate_trace` (a simulation takes what it needs)."""
     if rate_per_hour is not None and not rate_per_hour > 0:
         raise InputError("rate_per_hour", f"must be > 0, got {rate_per_hour}")
     if reference_type not in table.worker_types:
@@ -356,22 +373,27 @@ def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
     models = [m for m in table.models(1) if ref.get((m, 1), 0) > 0]
     if not models:
         raise InputError("table", f"no scale-factor-1 model has a throughput on {reference_type}")
+    available = {sf: {m for m in models if ref.get((m, sf), 0) > 0} for sf in SCALE_FACTORS}
+    if multi_gpu:
+        for sf in SCALE_FACTORS:
+            if not available[sf]:
+                raise InputError("table", f"no model has a scale-factor-{sf} throughput on {reference_type}")
+    return _trace_stream(ref, models, available, rate_per_hour, multi_gpu, seed)
+
+
+def _trace_stream(ref, models, available, rate_per_hour, multi_gpu, seed):
+    # four independent streams, so that e.g. changing the rate keeps job types and durations
     type_rng, dur_rng, sf_rng, arr_rng = (np.random.default_rng(s)
                                           for s in np.random.SeedSequence(seed).spawn(4))
-    available = {sf: {m for m in models if ref.get((m, sf), 0) > 0} for sf in SCALE_FACTORS}
-    jobs: list[TraceJob] = []
     t = 0.0
-    limit = None if duration_hours is None else duration_hours * 3600.0
-    while n_jobs is None or len(jobs) < n_jobs:
-        if jobs and rate_per_hour is not None:
+    first = True
+    while True:
+        if not first and rate_per_hour is not None:
             t += float(arr_rng.exponential(3600.0 / rate_per_hour))
-        if limit is not None and rate_per_hour is not None and t >= limit:
-            break
+        first = False
         sf = 1
         if multi_gpu:
             sf = int(SCALE_FACTORS[sf_rng.choice(len(SCALE_FACTORS), p=SCALE_FACTOR_PROBS)])
-            if not available[sf]:
-                raise InputError("table", f"no model has a scale-factor-{sf} throughput on {reference_type}")
         while True:
             model = models[int(type_rng.integers(len(models)))]
             if model in available[sf]:
@@ -382,10 +404,9 @@ def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
             x = dur_rng.uniform(3.0, 4.0)
         duration = 60.0 * 10.0 ** x
         steps = int(ref[(model, sf)] * duration)
-        jobs.append(TraceJob(job_type=model, command="", working_directory="", num_steps_arg="",
-                             needs_data_dir=False, total_steps=steps, scale_factor=sf,
-                             priority_weight=1.0, slo=None, arrival_time=t))
-    return jobs
+        yield TraceJob(job_type=model, command="", working_directory="", num_steps_arg="",
+                       needs_data_dir=False, total_steps=steps, scale_factor=sf,
+                       priority_weight=1.0, slo=None, arrival_time=t)
 
 
 # ---------------------------------------------------------------------------

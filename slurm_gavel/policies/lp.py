@@ -116,7 +116,11 @@ class LinearPolicy:
             problem, handles = self.formulate(program)
             return Compiled(program, problem, handles)
 
-        compiled = self._cache.get(structure.key(), build)
+        compiled = self._cache.get(structure.key(multiplicity=False), build)
+        program = compiled.program
+        if program.fixed_multiplicity and not np.array_equal(program.multiplicity, structure.multiplicity):
+            compiled = self._cache.put(structure.key(multiplicity=False), build())
+        compiled.program.set_multiplicity(structure.multiplicity)
         compiled.program.set_numbers(numbers)
         for name, (solo, shared) in rates.items():
             compiled.program.set_rate(name, solo, shared)

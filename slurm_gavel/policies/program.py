@@ -44,9 +44,9 @@ class Structure:
     def of(cls, inp: PolicyInput) -> "Structure":
         return cls(inp.n_jobs, inp.n_types, inp.scale_factors, inp.pair_jobs, np.ones(inp.n_jobs))
 
-    def key(self) -> tuple:
-        return (self.n_jobs, self.n_types, self.scale_factors.tobytes(), self.pair_jobs.tobytes(),
-                self.multiplicity.tobytes())
+    def key(self, multiplicity: bool = True) -> tuple:
+        key = (self.n_jobs, self.n_types, self.scale_factors.tobytes(), self.pair_jobs.tobytes())
+        return key + (self.multiplicity.tobytes(),) if multiplicity else key
 
 
 def structure_key(inp: PolicyInput) -> tuple:
@@ -88,7 +88,15 @@ class AllocationProgram:
         self.capacity = cp.Parameter(k, nonneg=True, name="counts")
         self._per_job = sp.kron(sp.eye(n, format="csr"), np.ones((1, k)), format="csr")
         time_share = self._per_job @ self.x
-        gpus = sp.kron((sf * self.multiplicity)[None, :], sp.eye(k), format="csr") @ self.x
+        # How many jobs a row stands for is a parameter where it only scales
+        # GPU use, so that a compiled problem serves every class size (the
+        # simulator re-solves after each arrival, and sizes change each time).
+        self._multiplicity = cp.Parameter(n * k, nonneg=True, name="multiplicity")
+        self._multiplicity.value = np.repeat(self.multiplicity, k)
+        gpus = sp.kron(sf[None, :], sp.eye(k), format="csr") @ cp.multiply(self._multiplicity, self.x)
+        # Pair rows and `total` use it as a constant: such problems are
+        # compiled per multiplicity (see `fixed_multiplicity`).
+        self.fixed_multiplicity = npair > 0
         constraints = [self.x <= self.solo_cap]
         self.x_pairs = None
         if npair:
@@ -145,7 +153,16 @@ class AllocationProgram:
 
     def total(self, expr):
         """Sum of a per-row expression over all jobs (rows count their multiplicity)."""
+        self.fixed_multiplicity = True
         return self.multiplicity @ expr
+
+    def set_multiplicity(self, multiplicity: np.ndarray):
+        """New class sizes for a program whose multiplicity is not fixed."""
+        multiplicity = np.asarray(multiplicity, dtype=float)
+        if self.fixed_multiplicity and not np.array_equal(multiplicity, self.multiplicity):
+            raise ValueError("this program was compiled for other class sizes")
+        self.multiplicity = multiplicity
+        self._multiplicity.value = np.repeat(multiplicity, self.n_types)
 
     def set_numbers(self, inp: PolicyInput | Numbers):
         """Load the numbers of `inp` (same structure) into the parameters."""

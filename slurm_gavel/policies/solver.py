@@ -20,8 +20,10 @@ from ..errors import SolverError
 from .program import AllocationProgram
 
 # Options per solver.  HiGHS' interior point (with crossover, so X is a vertex)
-# is 5-20x faster than its simplex on these LPs past a few hundred jobs.
+# is 5-20x faster than its simplex on these LPs past a few hundred jobs; on
+# small ones (the simulator solves thousands of them) its simplex is faster.
 HIGHS_LP = ("HIGHS", {"highs_options": {"solver": "ipm"}})
+HIGHS_SIMPLEX_BELOW = 2000     # variables
 CLARABEL = ("CLARABEL", {})
 LP_SOLVERS = (HIGHS_LP, CLARABEL)
 CONIC_SOLVERS = (CLARABEL,)
@@ -74,8 +76,11 @@ def solve(problem: cp.Problem, solvers, what: str) -> float:
     """Solve with the first solver that reaches optimality; raise SolverError otherwise."""
     _silence_highs_banner()
     ignore_dpp = parameter_entries(problem) > DPP_PARAMETER_LIMIT
+    small = sum(v.size for v in problem.variables()) < HIGHS_SIMPLEX_BELOW
     tried = []
     for name, options in solvers:
+        if name == "HIGHS" and small:
+            options = {"highs_options": {"solver": "simplex"}}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -116,5 +121,12 @@ class ProgramCache:
                 self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key, entry):
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
         return entry
 

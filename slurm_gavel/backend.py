@@ -1,0 +1,73 @@
+"""The cluster backend interface: what the engine learns from a cluster and asks of it.
+
+A backend (the simulated cluster, Slurm) does two things:
+
+* `observe()` reports the cluster as it is now: the active jobs (waiting or
+  running), the servers whose GPUs the scheduler may use, what ran since the
+  last observation and for how long (`Usage`: the ledger is fed from what
+  really ran, not from what was planned), and the jobs that left.
+* `execute(plan, round_end)` carries out a round plan: leave `keep` alone,
+  stop `preempt`, start `start`.
+
+Everything crossing this line is plain frozen data; the engine knows nothing
+of how a backend does its work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from .mechanism import Assignment, RoundPlan, Server
+
+
+@dataclass(frozen=True)
+class JobState:
+    """An active job's fixed facts, as the backend sees them (its progress is in `Observation`)."""
+
+    id: str
+    job_type: str                 # model name, the key into throughput tables
+    scale_factor: int             # GPUs it needs
+    arrival_time: float           # seconds (same clock as the engine's)
+    total_steps: float = float("nan")   # NaN when unknown
+    weight: float = 1.0
+    entity: str = ""
+    slo: float | None = None      # seconds after arrival; None = no SLO
+
+
+@dataclass(frozen=True)
+class Usage:
+    """An assignment that held its GPUs for `seconds` since the previous observation."""
+
+    assignment: Assignment
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A job that left the system at `time`: completed, failed or cancelled."""
+
+    id: str
+    time: float
+    state: str = "completed"
+
+
+@dataclass(frozen=True)
+class Observation:
+    time: float
+    jobs: tuple[JobState, ...]             # active jobs, in arrival order
+    servers: tuple[Server, ...]            # GPUs the scheduler may use (all of them, busy or not)
+    steps_done: Mapping[str, float] = field(default_factory=dict)   # per active job id
+    running: tuple[Assignment, ...] = ()   # what holds GPUs now (departed jobs left out)
+    usage: tuple[Usage, ...] = ()
+    departures: tuple[Departure, ...] = ()
+
+
+class Backend(Protocol):
+    worker_types: tuple[str, ...]
+
+    def observe(self) -> Observation: ...
+
+    def execute(self, plan: RoundPlan, round_end: float) -> None: ...
+
+
+__all__ = ["Backend", "Departure", "JobState", "Observation", "Usage"]

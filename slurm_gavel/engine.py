@@ -1,0 +1,200 @@
+"""The engine: one loop that drives policy, mechanism and backend, round after round.
+
+Each round (`step`):
+
+1. observe the backend; credit what really ran to the mechanism's ledger;
+   forget jobs that left;
+2. on a reset event (a job arrived or left, the usable servers changed, or
+   the optional recompute timer fired) build a `PolicyInput` and submit it
+   to the allocator (which may take its time: see recompute.py);
+3. compose the allocation in force: the newest solved X for the jobs it
+   knows, the heterogeneity-agnostic (isolated) share for jobs that arrived
+   since; when it changes, the ledger's since-reset time restarts;
+4. plan the round with the mechanism and hand the plan to the backend;
+5. sleep on the clock until the round ends.
+
+The daemon and the simulator are two drivers of this loop: they differ in
+the clock, the backend, the allocator and the store they pass in, never in
+code paths here.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .backend import Backend, JobState, Observation
+from .clock import Clock
+from .mechanism import Ledger, RoundPlan, plan_round
+from .model import Allocation, PolicyInput
+from .store import MemoryStore, Store
+from .throughputs import ThroughputSource
+
+log = logging.getLogger("slurm_gavel.engine")
+
+DEFAULT_ROUND_SECONDS = 360.0     # the paper's 6-minute rounds (seed 5.4, 6.3)
+INTERIM = "agnostic share"
+
+
+def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float],
+                       source: ThroughputSource,
+                       worker_types: Sequence[str], counts: np.ndarray, now: float,
+                       prices: Mapping[str, float] | None = None,
+                       gpus_per_node: np.ndarray | None = None,
+                       include_pairs: bool = False) -> PolicyInput:
+    """The policy's view of the active jobs at `now`."""
+    t = source.lookup(jobs, worker_types, include_pairs)
+    prices = prices or {}
+    return PolicyInput(
+        worker_types=tuple(worker_types), counts=np.asarray(counts, dtype=float),
+        job_ids=tuple(j.id for j in jobs), throughputs=t.solo,
+        scale_factors=np.array([j.scale_factor for j in jobs], dtype=np.int64),
+        weights=np.array([j.weight for j in jobs], dtype=float),
+        prices=np.array([prices.get(wt, np.nan) for wt in worker_types], dtype=float),
+        entities=tuple(j.entity for j in jobs),
+        steps_remaining=np.array([j.total_steps - steps_done.get(j.id, 0.0) for j in jobs], dtype=float),
+        time_since_arrival=np.array([max(0.0, now - j.arrival_time) for j in jobs], dtype=float),
+        slo=np.array([np.nan if j.slo is None else j.slo for j in jobs], dtype=float),
+        unconsolidated_throughputs=t.unconsolidated, gpus_per_node=gpus_per_node,
+        pair_jobs=t.pair_jobs, pair_throughputs=t.pair_throughputs)
+
+
+def compose(solved: Allocation | None, inp: PolicyInput) -> Allocation:
+    """The allocation in force for `inp`'s jobs: solved rows where known, the isolated share otherwise.
+
+    Newcomers get the isolated (heterogeneity-agnostic) share until a solve
+    that includes them finishes; rows of jobs that left are dropped.
+    """
+    if solved is not None and solved.job_ids == inp.job_ids and solved.worker_types == inp.worker_types:
+        return solved
+    x = inp.isolated_allocation()
+    newcomers = list(inp.job_ids)
+    pair_jobs = np.zeros((0, 2), dtype=np.int64)
+    x_pairs = np.zeros((0, inp.n_types))
+    policy = INTERIM
+    if solved is not None and solved.worker_types == inp.worker_types:
+        policy = solved.policy
+        old = {job: r for r, job in enumerate(solved.job_ids)}
+        where = np.array([old.get(job, -1) for job in inp.job_ids], dtype=np.int64)
+        known = where >= 0
+        x[known] = solved.x[where[known]]
+        newcomers = [job for job, k in zip(inp.job_ids, known) if not k]
+        if len(solved.pair_jobs):
+            new_index = {job: i for i, job in enumerate(inp.job_ids)}
+            mapped = np.array([[new_index.get(solved.job_ids[a], -1), new_index.get(solved.job_ids[b], -1)]
+                               for a, b in solved.pair_jobs.tolist()], dtype=np.int64).reshape(-1, 2)
+            keep = (mapped >= 0).all(axis=1)
+            pair_jobs, x_pairs = mapped[keep], solved.x_pairs[keep]
+    return Allocation(inp.job_ids, inp.worker_types, x, policy=policy, pair_jobs=pair_jobs,
+                      x_pairs=x_pairs, info={"interim_rows": newcomers})
+
+
+class Engine:
+    """Runs rounds: observe, (re)solve on reset events, plan, execute, sleep."""
+
+    def __init__(self, clock: Clock, backend: Backend, allocator, throughputs: ThroughputSource,
+                 store: Store | None = None, round_seconds: float = DEFAULT_ROUND_SECONDS,
+                 prices: Mapping[str, float] | None = None, space_sharing: bool = False,
+                 recompute_seconds: float | None = None):
+        if not round_seconds > 0:
+            raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
+        self.clock, self.backend, self.allocator = clock, backend, allocator
+        self.throughputs = throughputs
+        self.store = store if store is not None else MemoryStore()
+        self.round_seconds = float(round_seconds)
+        self.prices = dict(prices or {})
+        self.space_sharing = space_sharing
+        self.recompute_seconds = recompute_seconds
+        self.worker_types = tuple(backend.worker_types)
+        self.ledger = Ledger(self.worker_types)
+        self.round = 0
+        self.resets = 0
+        self.input: PolicyInput | None = None
+        self.allocation: Allocation | None = None     # the allocation in force
+        self._solved: Allocation | None = None
+        self._job_ids: tuple[str, ...] = ()
+        self._servers: tuple = ()
+        self._last_submit = -np.inf
+        self.unschedulable: dict[str, str] = {}     # job id -> why no policy can place it
+        self._reported: set[str] = set()
+
+    # -- one round ------------------------------------------------------------
+    def step(self) -> RoundPlan:
+        now = self.clock.now()
+        obs = self.backend.observe()
+        for u in obs.usage:
+            self.ledger.record((u.assignment,), u.seconds)
+            self.store.usage(now, u)
+        for d in obs.departures:
+            self.ledger.forget(d.id)
+            self.store.departure(d)
+
+        job_ids = tuple(j.id for j in obs.jobs)
+        jobs_changed = job_ids != self._job_ids or obs.servers != self._servers
+        timer = (self.recompute_seconds is not None and job_ids
+                 and now - self._last_submit >= self.recompute_seconds)
+        if jobs_changed or timer:
+            self._job_ids, self._servers = job_ids, obs.servers
+            self.unschedulable = {}
+            self.input = self._policy_input(obs, now) if job_ids else None
+            if self.input is not None:
+                self.allocator.submit(self.input, now)
+                self._last_submit = now
+            self.resets += 1
+        solved = self.allocator.latest(now)
+        if jobs_changed or solved is not self._solved or self.allocation is None:
+            self._solved = solved
+            self.allocation = (compose(solved, self.input) if self.input is not None
+                               else Allocation((), self.worker_types, np.zeros((0, len(self.worker_types))),
+                                               policy=INTERIM))
+            self.ledger.reset()
+            self.store.allocation(self.round, now, self.allocation, fresh=solved is not None)
+
+        scale_factors = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
+        previous = [a for a in obs.running if all(job in scale_factors for job in a.jobs)]
+        plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
+                          previous)
+        round_end = now + self.round_seconds
+        self.backend.execute(plan, round_end)
+        self.store.round(now, plan)
+        self.round += 1
+        self.clock.sleep_until(round_end)
+        return plan
+
+    def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
+        counts = np.zeros(len(self.worker_types))
+        per_node = np.full(len(self.worker_types), np.nan)
+        column = {wt: j for j, wt in enumerate(self.worker_types)}
+        for s in obs.servers:
+            if s.worker_type in column:
+                j = column[s.worker_type]
+                counts[j] += s.gpus
+                per_node[j] = np.fmax(per_node[j], s.gpus)
+        jobs = self._schedulable(obs.jobs, counts)
+        if not jobs:
+            return None
+        return build_policy_input(jobs, obs.steps_done, self.throughputs, self.worker_types, counts, now,
+                                  self.prices, per_node, self.space_sharing)
+
+    def _schedulable(self, jobs: Sequence[JobState], counts: np.ndarray) -> list[JobState]:
+        """Jobs some worker type can run; the others go to `unschedulable` with the reason."""
+        solo = self.throughputs.lookup(jobs, self.worker_types).solo
+        sfs = np.array([j.scale_factor for j in jobs], dtype=np.int64)
+        known = np.isfinite(solo).any(axis=1)
+        fits = ((solo > 0) & (sfs[:, None] <= counts[None, :])).any(axis=1)
+        for job, k, f in zip(jobs, known, fits):
+            if not k:
+                self.unschedulable[job.id] = (f"no throughput known for {job.job_type!r} "
+                                              f"at scale factor {job.scale_factor}")
+            elif not f:
+                self.unschedulable[job.id] = (f"fits no worker type: needs {job.scale_factor} GPUs "
+                                              f"of a type it can run on")
+        for job_id, why in self.unschedulable.items():
+            if job_id not in self._reported:
+                log.warning("job %s cannot be scheduled: %s", job_id, why)
+                self._reported.add(job_id)
+        return [j for j, f in zip(jobs, fits) if f]
+
+
+__all__ = ["DEFAULT_ROUND_SECONDS", "Engine", "build_policy_input", "compose"]

@@ -1,0 +1,52 @@
+"""What the engine writes down: allocations, rounds, usage and departures.
+
+The engine reports to a store and never reads its own history back from it
+(its working state is the mechanism's ledger).  `MemoryStore` keeps
+everything in lists (the simulator's); the daemon's SQLite store implements
+the same four methods.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from .backend import Departure, Usage
+from .mechanism import RoundPlan
+from .model import Allocation
+
+
+class Store(Protocol):
+    def allocation(self, round: int, time: float, allocation: Allocation, fresh: bool) -> None: ...
+
+    def round(self, time: float, plan: RoundPlan) -> None: ...
+
+    def usage(self, time: float, usage: Usage) -> None: ...
+
+    def departure(self, departure: Departure) -> None: ...
+
+
+class MemoryStore:
+    """Keeps what it is told; `keep_rounds=False` drops round plans (long simulations)."""
+
+    def __init__(self, keep_rounds: bool = True):
+        self.keep_rounds = keep_rounds
+        self.allocations: list[tuple[int, float, Allocation, bool]] = []
+        self.rounds: list[tuple[float, RoundPlan]] = []
+        self.usages: list[tuple[float, Usage]] = []
+        self.departures: list[Departure] = []
+
+    def allocation(self, round, time, allocation, fresh):
+        self.allocations.append((round, time, allocation, fresh))
+
+    def round(self, time, plan):
+        if self.keep_rounds:
+            self.rounds.append((time, plan))
+
+    def usage(self, time, usage):
+        if self.keep_rounds:
+            self.usages.append((time, usage))
+
+    def departure(self, departure):
+        self.departures.append(departure)
+
+
+__all__ = ["MemoryStore", "Store"]
