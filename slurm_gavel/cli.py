@@ -289,6 +289,17 @@ def _positive(value, option, allow_zero=False):
         raise InputError(option, f"must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
 
+def _check_output(path: str | None, option: str):
+    """Fail before a long run, not after it, when an output file cannot be written."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(option, f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise InputError(option, f"cannot write {path}: directory {parent} is not writable")
+
+
 def _run_config(args, **overrides):
     from .experiments import RunConfig
     from .simulator import parse_cluster
@@ -378,6 +389,10 @@ def cmd_simulate(args) -> int:
     from .simulator import summarize
 
     _check_policy(args.policy, args.space_sharing)
+    _check_output(args.csv, "--csv")
+    _check_output(args.plot, "--plot")
+    if args.seed < 0:
+        raise InputError("--seed", f"must be >= 0, got {args.seed}")
     if args.trace and (args.rate is not None or args.jobs is not None or args.multi_gpu):
         raise InputError("--trace", "a trace file fixes the jobs: drop --rate, --jobs and --multi-gpu")
     _positive(args.rate, "--rate")
@@ -424,9 +439,16 @@ def cmd_sweep(args) -> int:
         raise InputError("--rates/--seeds", f"not a number list: {err}") from None
     for r in rates:
         _positive(r, "--rates")
+    if any(s < 0 for s in seeds):
+        raise InputError("--seeds", "seeds must be >= 0")
+    _check_output(args.csv, "--csv")
+    _check_output(args.plot, "--plot")
     if not policies or not rates or not seeds:
         raise InputError("--policies/--rates/--seeds", "each needs at least one value")
     base = _run_config(args, policy=policies[0][0])
+    # check the table and cluster once here, not in every worker
+    from .experiments import check_config
+    check_config(base)
     if args.processes is not None and args.processes < 1:
         raise InputError("--processes", f"must be >= 1, got {args.processes}")
 
@@ -482,6 +504,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:     # e.g. an output file that cannot be written
+        print(f"{PROG}: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ class InputError(GavelError, ValueError):
         self.problem = problem
         super().__init__(f"{field}: {problem}")
 
+    def __reduce__(self):   # survives the trip back from a worker process
+        return (type(self), (self.field, self.problem))
+
 
 class SolverError(GavelError, RuntimeError):
     """The solver did not reach an optimal solution; no allocation is returned."""
@@ -22,7 +25,11 @@ class SolverError(GavelError, RuntimeError):
 class UnknownPolicyError(GavelError, KeyError):
     def __init__(self, name: str, known: list[str]):
         self.name = name
+        self.known = list(known)
         super().__init__(f"unknown policy {name!r}; known policies: {', '.join(known)}")
+
+    def __reduce__(self):
+        return (type(self), (self.name, self.known))
 
     def __str__(self):
         return self.args[0]

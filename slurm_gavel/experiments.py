@@ -56,6 +56,11 @@ def workload(config: RunConfig, table: ThroughputTable) -> Iterable[TraceJob]:
     """The jobs of a run: a trace file, or the generator (finite or as long as needed)."""
     if config.trace is not None:
         jobs = read_trace(config.trace)
+        for i, job in enumerate(jobs):
+            if not table.solo(job.job_type, job.scale_factor):
+                raise InputError(f"{config.trace}: job {i}",
+                                 f"{job.job_type!r} at scale factor {job.scale_factor} is not in "
+                                 f"the throughput table {config.throughputs}")
         return sorted(jobs, key=lambda j: j.arrival_time) if _unsorted(jobs) else jobs
     if config.jobs is None and config.window is None:
         raise InputError("--jobs", "give --jobs, --window or --trace")
@@ -82,6 +87,19 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    solver_delay=config.solver_delay, space_sharing=config.space_sharing,
                    prices=dict(config.prices), max_rounds=config.max_rounds, progress=progress)
     return sim, table
+
+
+def check_config(config: RunConfig) -> None:
+    """Raise InputError for what would fail in every run of a sweep (table, cluster, trace)."""
+    from .simulator import SimulatedCluster
+    from .clock import SimulatedClock
+
+    table = ThroughputTable.from_gavel_json(config.throughputs)
+    SimulatedCluster([], table, dict(config.cluster), SimulatedClock(), config.gpus_per_node)
+    if config.window is not None and config.jobs is not None and config.window[1] > config.jobs:
+        raise InputError("--window", f"ends at job {config.window[1]} but only {config.jobs} jobs are generated")
+    if config.trace is not None:
+        workload(config, table)
 
 
 def run(config: RunConfig, progress=None) -> dict:
@@ -224,5 +242,5 @@ def _save(fig, plt, path):
             os.unlink(tmp)
 
 
-__all__ = ["DEFAULT_CLUSTER", "RunConfig", "atomic_write", "jobs_csv", "plot_jct_cdf", "plot_sweep",
+__all__ = ["DEFAULT_CLUSTER", "RunConfig", "check_config", "atomic_write", "jobs_csv", "plot_jct_cdf", "plot_sweep",
            "rows_csv", "run", "simulate_config", "sweep", "workload"]

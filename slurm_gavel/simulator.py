@@ -55,6 +55,8 @@ def parse_cluster(text: str) -> dict[str, int]:
         out[name] = n
     if not out:
         raise InputError("--cluster", "no worker types given")
+    if not any(out.values()):
+        raise InputError("--cluster", "the cluster has no GPUs")
     return out
 
 

@@ -106,19 +106,39 @@ class Compiled:
 
 
 class ProgramCache:
-    """The few most recent compiled problems of one policy, by structure."""
+    """Recently compiled problems of one policy, by structure.
 
-    def __init__(self, size: int = 4):
+    The simulator re-solves after every arrival and departure, and the
+    number of job classes moves up and down by one: keeping a few dozen
+    small compiled problems saves a compile (10-20 ms) on most solves.
+    Large problems are kept only while they fit `max_entries` X entries in
+    all (a compiled problem at 2,048 jobs holds tens of MB).
+    """
+
+    def __init__(self, size: int = 32, max_entries: int = 200_000):
         self.size = size
+        self.max_entries = max_entries
         self._entries: OrderedDict = OrderedDict()
+
+    @staticmethod
+    def _weight(entry) -> int:
+        program = getattr(entry, "program", None)
+        if program is None:
+            return 0
+        return program.n_jobs * program.n_types + program.n_pairs * program.n_types
+
+    def _evict(self):
+        while len(self._entries) > 1 and (
+                len(self._entries) > self.size
+                or sum(self._weight(e) for e in self._entries.values()) > self.max_entries):
+            self._entries.popitem(last=False)
 
     def get(self, key, build):
         entry = self._entries.get(key)
         if entry is None:
             entry = build()
             self._entries[key] = entry
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._evict()
         else:
             self._entries.move_to_end(key)
         return entry
@@ -126,7 +146,6 @@ class ProgramCache:
     def put(self, key, entry):
         self._entries[key] = entry
         self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        self._evict()
         return entry
 
