@@ -20,6 +20,7 @@ code paths here.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ from .clock import Clock
 from .mechanism import Ledger, RoundPlan, plan_round
 from .model import Allocation, PolicyInput
 from .store import MemoryStore, Store
-from .throughputs import ThroughputSource
+from .throughputs import JobThroughputs, ThroughputSource
 
 log = logging.getLogger("slurm_gavel.engine")
 
@@ -38,13 +39,12 @@ INTERIM = "agnostic share"
 
 
 def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float],
-                       source: ThroughputSource,
+                       throughputs: JobThroughputs,
                        worker_types: Sequence[str], counts: np.ndarray, now: float,
                        prices: Mapping[str, float] | None = None,
-                       gpus_per_node: np.ndarray | None = None,
-                       include_pairs: bool = False) -> PolicyInput:
-    """The policy's view of the active jobs at `now`."""
-    t = source.lookup(jobs, worker_types, include_pairs)
+                       gpus_per_node: np.ndarray | None = None) -> PolicyInput:
+    """The policy's view of the active jobs at `now` (throughputs looked up for `jobs`)."""
+    t = throughputs
     prices = prices or {}
     return PolicyInput(
         worker_types=tuple(worker_types), counts=np.asarray(counts, dtype=float),
@@ -171,30 +171,34 @@ class Engine:
                 j = column[s.worker_type]
                 counts[j] += s.gpus
                 per_node[j] = np.fmax(per_node[j], s.gpus)
-        jobs = self._schedulable(obs.jobs, counts)
-        if not jobs:
+        table = self.throughputs.lookup(obs.jobs, self.worker_types)
+        fits = self._schedulable(obs.jobs, table.solo, counts)
+        if not fits.any():
             return None
-        return build_policy_input(jobs, obs.steps_done, self.throughputs, self.worker_types, counts, now,
-                                  self.prices, per_node, self.space_sharing)
+        jobs = [j for j, f in zip(obs.jobs, fits) if f]
+        if self.space_sharing:
+            table = self.throughputs.lookup(jobs, self.worker_types, include_pairs=True)
+        elif not fits.all():
+            table = replace(table, solo=table.solo[fits], unconsolidated=table.unconsolidated[fits])
+        return build_policy_input(jobs, obs.steps_done, table, self.worker_types, counts, now,
+                                  self.prices, per_node)
 
-    def _schedulable(self, jobs: Sequence[JobState], counts: np.ndarray) -> list[JobState]:
-        """Jobs some worker type can run; the others go to `unschedulable` with the reason."""
-        solo = self.throughputs.lookup(jobs, self.worker_types).solo
+    def _schedulable(self, jobs: Sequence[JobState], solo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Which jobs some worker type can run; the others go to `unschedulable` with the reason."""
         sfs = np.array([j.scale_factor for j in jobs], dtype=np.int64)
         known = np.isfinite(solo).any(axis=1)
         fits = ((solo > 0) & (sfs[:, None] <= counts[None, :])).any(axis=1)
-        for job, k, f in zip(jobs, known, fits):
-            if not k:
-                self.unschedulable[job.id] = (f"no throughput known for {job.job_type!r} "
-                                              f"at scale factor {job.scale_factor}")
-            elif not f:
-                self.unschedulable[job.id] = (f"fits no worker type: needs {job.scale_factor} GPUs "
-                                              f"of a type it can run on")
-        for job_id, why in self.unschedulable.items():
-            if job_id not in self._reported:
-                log.warning("job %s cannot be scheduled: %s", job_id, why)
-                self._reported.add(job_id)
-        return [j for j, f in zip(jobs, fits) if f]
+        for i in np.flatnonzero(~fits):
+            job = jobs[i]
+            if not known[i]:
+                why = f"no throughput known for {job.job_type!r} at scale factor {job.scale_factor}"
+            else:
+                why = f"fits no worker type: needs {job.scale_factor} GPUs of a type it can run on"
+            self.unschedulable[job.id] = why
+            if job.id not in self._reported:
+                log.warning("job %s cannot be scheduled: %s", job.id, why)
+                self._reported.add(job.id)
+        return fits
 
 
 __all__ = ["DEFAULT_ROUND_SECONDS", "Engine", "build_policy_input", "compose"]

@@ -22,6 +22,7 @@ mechanism knows nothing of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -48,7 +49,7 @@ class Assignment:
     worker_type: str
     servers: tuple[tuple[str, int], ...]
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         return sum(count for _, count in self.servers)
 
@@ -84,16 +85,24 @@ class Ledger:
     def __init__(self, worker_types: Sequence[str]):
         self.worker_types = tuple(worker_types)
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
-        self._since_reset: dict[Row, np.ndarray] = {}
-        self._total: dict[str, np.ndarray] = {}
+        self._since_reset: dict[Row, list[float]] = {}    # lists: cheaper to add to than arrays
+        self._total: dict[str, list[float]] = {}
 
     def record(self, assignments: Iterable[Assignment], seconds: float):
         """Credit `seconds` of a round to every row that ran in it."""
+        k = len(self.worker_types)
+        since, total = self._since_reset, self._total
         for a in assignments:
             j = self._column[a.worker_type]
-            self._since_reset.setdefault(a.jobs, np.zeros(len(self.worker_types)))[j] += seconds
+            row = since.get(a.jobs)
+            if row is None:
+                row = since[a.jobs] = [0.0] * k
+            row[j] += seconds
             for job in a.jobs:
-                self._total.setdefault(job, np.zeros(len(self.worker_types)))[j] += seconds
+                acc = total.get(job)
+                if acc is None:
+                    acc = total[job] = [0.0] * k
+                acc[j] += seconds
 
     def reset(self):
         self._since_reset.clear()
@@ -106,12 +115,12 @@ class Ledger:
 
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
-        zero = np.zeros(len(self.worker_types))
-        return np.array([self._since_reset.get(row, zero) for row in rows]).reshape(
+        zero = [0.0] * len(self.worker_types)
+        return np.array([self._since_reset.get(row, zero) for row in rows], dtype=float).reshape(
             len(rows), len(self.worker_types))
 
     def total(self, job: str) -> dict[str, float]:
-        seconds = self._total.get(job, np.zeros(len(self.worker_types)))
+        seconds = self._total.get(job, [0.0] * len(self.worker_types))
         return dict(zip(self.worker_types, map(float, seconds)))
 
 
@@ -141,20 +150,28 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     """
     current = current or {}
     r_idx, t_idx = np.nonzero(prio > 0)
-    staying = np.array([current.get(rows[r]) == t for r, t in zip(r_idx, t_idx)], dtype=bool)
+    running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
+    staying = running_on[r_idx] == t_idx
     order = np.lexsort((t_idx, r_idx, ~staying, -prio[r_idx, t_idx]))
-    left = free.astype(np.int64).copy()
+    left = [int(v) for v in free]
+    room = sum(left)
+    smallest = int(scale_factors.min()) if len(scale_factors) else 1
     busy: set[str] = set()
     chosen: list[tuple[int, int]] = []
-    for e in order:
-        r, t = int(r_idx[e]), int(t_idx[e])
-        if busy.intersection(rows[r]):
+    sfs = scale_factors.tolist()
+    for r, t in zip(r_idx[order].tolist(), t_idx[order].tolist()):
+        if room < smallest:
+            break                         # nothing fits anywhere any more
+        row = rows[r]
+        if not busy.isdisjoint(row):
             continue                      # a combination sharing a job was picked
-        if scale_factors[r] > left[t]:
+        need = sfs[r]
+        if need > left[t]:
             continue                      # does not fit what is left of this type
         chosen.append((r, t))
-        busy.update(rows[r])
-        left[t] -= scale_factors[r]
+        busy.update(row)
+        left[t] -= need
+        room -= need
     return chosen
 
 

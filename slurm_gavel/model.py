@@ -199,6 +199,8 @@ class PolicyInput:
         return len(self.pair_jobs)
 
     def without_pairs(self) -> "PolicyInput":
+        if not len(self.pair_jobs):
+            return self
         return replace(self, pair_jobs=np.zeros((0, 2), dtype=np.int64),
                        pair_throughputs=np.zeros((0, self.n_types, 2)))
 

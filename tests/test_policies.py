@@ -250,3 +250,16 @@ def test_unconsolidated_throughput_where_a_job_must_spread():
     plain = make_input([[100.0, 100.0]], [8, 8], scale_factors=np.array([8]),
                        gpus_per_node=np.array([4.0, 8.0]))
     assert plain.solo_throughputs.tolist() == [[100.0, 100.0]]
+
+
+def test_agnostic_allocation_does_not_depend_on_the_order_of_types():
+    t = np.array([[10.0, 5.0, 1.0], [3.0, 3.0, 2.5], [6.0, 4.0, 2.0]])
+    counts = np.array([1.0, 2.0, 3.0])
+    order = [2, 0, 1]
+    policy = make_policy("max_min_fairness", agnostic=True)
+    a = policy.allocate(make_input(t, counts, types=("v100", "p100", "k80")))
+    b = policy.allocate(make_input(t[:, order], counts[order], types=("k80", "v100", "p100")))
+    assert np.allclose(a.x[:, order], b.x, atol=1e-6)
+    # a lone job's time is spread over the types by their GPU counts
+    lone = policy.allocate(make_input(t[:1], counts, types=("v100", "p100", "k80")))
+    assert np.allclose(lone.x[0] / lone.x[0].sum(), counts / counts.sum(), atol=1e-6)

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
 from typing import Protocol, runtime_checkable
 
 from ..model import Allocation, PolicyInput
+from .program import repair
 
 
 @runtime_checkable
@@ -28,8 +31,15 @@ class Agnostic:
 
     The wrapped policy sees every job run at one speed on every type it fits
     (`PolicyInput.type_blind`), as a scheduler that ignores GPU generations
-    would.  Its X is returned unchanged; effective throughputs computed from
-    the Allocation with the true input show what that X really delivers.
+    would.  To such a policy only each row's total share of time means
+    anything: which types it comes from is a tie the solver breaks by column
+    order (a lone job would always land on the last type listed, the K80 in
+    `v100,p100,k80`, say).  So each row's time is spread over the types it
+    fits in proportion to their GPU counts (then scaled back where a type
+    would be oversubscribed): the baseline a type-blind scheduler with a
+    shared queue gives, the same whatever order the types are listed in.
+    Effective throughputs computed from the Allocation with the true input
+    show what that X really delivers.
     """
 
     def __init__(self, policy: Policy):
@@ -40,4 +50,20 @@ class Agnostic:
 
     def allocate(self, inp: PolicyInput) -> Allocation:
         allocation = self.policy.allocate(inp.type_blind())
-        return replace(allocation, policy=self.name)
+        x = spread(allocation.x, inp.feasible, inp.counts)
+        x_pairs = allocation.x_pairs
+        if len(allocation.pair_jobs):
+            rows, found, _ = allocation.pair_rows_in(inp)
+            feasible = np.zeros_like(x_pairs, dtype=bool)
+            feasible[found] = inp.pair_feasible[rows[found]]
+            x_pairs = spread(x_pairs, feasible, inp.counts)
+        x, x_pairs = repair(inp, x, x_pairs, allocation.pair_jobs)
+        return replace(allocation, x=x, x_pairs=x_pairs, policy=self.name)
+
+
+def spread(x: np.ndarray, feasible: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each row's total time, over its feasible types in proportion to their GPU counts."""
+    weight = np.where(feasible, counts[None, :], 0.0)
+    total = weight.sum(axis=1, keepdims=True)
+    share = np.divide(weight, total, out=np.zeros_like(weight), where=total > 0)
+    return x.sum(axis=1, keepdims=True) * share
