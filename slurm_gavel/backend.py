@@ -32,6 +32,9 @@ class JobState:
     weight: float = 1.0
     entity: str = ""
     slo: float | None = None      # seconds after arrival; None = no SLO
+    name: str = ""                # for people: job name, owner, account
+    user: str = ""
+    account: str = ""
 
 
 @dataclass(frozen=True)

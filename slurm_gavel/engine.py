@@ -117,12 +117,15 @@ class Engine:
         self._servers: tuple = ()
         self._last_submit = -np.inf
         self.unschedulable: dict[str, str] = {}     # job id -> why no policy can place it
+        self.last_plan: RoundPlan | None = None
+        self._waiting_ids: list[str] = []
         self._reported: set[str] = set()
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
         now = self.clock.now()
         obs = self.backend.observe()
+        self.store.observe(now, obs)
         for u in obs.usage:
             self.ledger.record((u.assignment,), u.seconds)
             self.store.usage(now, u)
@@ -158,9 +161,48 @@ class Engine:
         round_end = now + self.round_seconds
         self.backend.execute(plan, round_end)
         self.store.round(now, plan)
+        self.last_plan = plan
+        self._waiting_ids = [j.id for j in obs.jobs]
         self.round += 1
         self.clock.sleep_until(round_end)
         return plan
+
+    def explain(self) -> dict[str, dict]:
+        """For each active job of the last round: where it runs, its best priority, why it waits.
+
+        For people (`slurm-gavel queue`); the simulator never asks.
+        """
+        from .mechanism import allocation_rows, priorities
+
+        out: dict[str, dict] = {}
+        if self.last_plan is None:
+            return out
+        placed = {job: a.worker_type for a in self.last_plan.assignments for job in a.jobs}
+        best: dict[str, float] = {}
+        share: dict[str, float] = {}
+        alloc = self.allocation
+        if alloc is not None and alloc.job_ids:
+            rows, x = allocation_rows(alloc)
+            prio = priorities(x, self.ledger.since_reset(rows)).max(axis=1)
+            for row, p, total in zip(rows, prio, x.sum(axis=1)):
+                for job in row:
+                    best[job] = max(best.get(job, 0.0), float(p))
+                    share[job] = share.get(job, 0.0) + float(total)
+        interim = set(alloc.info.get("interim_rows", ())) if alloc is not None and alloc.info else set()
+        pending = bool(getattr(self.allocator, "pending", False))
+        for job in self._waiting_ids:
+            if job in placed:
+                reason = ""
+            elif job in self.unschedulable:
+                reason = self.unschedulable[job]
+            elif job in interim and pending:
+                reason = "solver pending: agnostic share until the new allocation is ready"
+            elif share.get(job, 0.0) <= 0:
+                reason = "no allocation on any type (the policy gives it no GPU time now)"
+            else:
+                reason = "waiting for its round (others have higher priority)"
+            out[job] = {"worker_type": placed.get(job), "priority": best.get(job), "reason": reason}
+        return out
 
     def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
         counts = np.zeros(len(self.worker_types))

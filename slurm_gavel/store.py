@@ -2,19 +2,21 @@
 
 The engine reports to a store and never reads its own history back from it
 (its working state is the mechanism's ledger).  `MemoryStore` keeps
-everything in lists (the simulator's); the daemon's SQLite store implements
-the same four methods.
+everything in lists (the simulator's); the daemon's SQLite store
+(sqlite_store.py) implements the same five methods.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
-from .backend import Departure, Usage
+from .backend import Departure, Observation, Usage
 from .mechanism import RoundPlan
 from .model import Allocation
 
 
 class Store(Protocol):
+    def observe(self, time: float, observation: Observation) -> None: ...
+
     def allocation(self, round: int, time: float, allocation: Allocation, fresh: bool) -> None: ...
 
     def round(self, time: float, plan: RoundPlan) -> None: ...
@@ -33,6 +35,9 @@ class MemoryStore:
         self.rounds: list[tuple[float, RoundPlan]] = []
         self.usages: list[tuple[float, Usage]] = []
         self.departures: list[Departure] = []
+
+    def observe(self, time, observation):
+        pass
 
     def allocation(self, round, time, allocation, fresh):
         self.allocations.append((round, time, allocation, fresh))

@@ -1,0 +1,259 @@
+"""The daemon's state in SQLite: jobs, time per GPU type, rounds, allocations, placements, events.
+
+Written by the engine (through the `Store` methods) and by the daemon
+(`status`: why each job waits), read by `slurm-gavel queue` while the daemon
+writes: WAL mode, one short transaction per write.  The schema is versioned;
+migrations run in order, each in its own transaction, so a daemon killed
+during an upgrade leaves the previous version intact.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import sqlite_utils
+
+from .backend import Departure, JobState, Observation, Usage
+from .errors import GavelError
+from .mechanism import RoundPlan
+from .model import Allocation
+
+
+class StoreError(GavelError):
+    pass
+
+
+def _v1(db: sqlite_utils.Database):
+    db["jobs"].create({
+        "id": str, "name": str, "user": str, "account": str, "model": str, "scale_factor": int,
+        "weight": float, "entity": str, "slo": float, "steps": float, "submitted": float,
+        "first_seen": float, "last_seen": float, "state": str, "finished": float,
+    }, pk="id", not_null={"id"})
+    db["job_time"].create({"job": str, "worker_type": str, "seconds": float},
+                          pk=("job", "worker_type"))
+    db["rounds"].create({"number": int, "started": float, "keep": int, "start": int,
+                         "preempt": int}, pk="number")
+    db["placements"].create({"round": int, "job": str, "action": str, "worker_type": str,
+                             "nodes": str, "gpus": int}, pk=("round", "job", "action"))
+    db["placements"].create_index(["job"])
+    db["allocations"].create({"id": int, "round": int, "time": float, "policy": str,
+                              "fresh": int, "objective": float, "interim_jobs": str}, pk="id")
+    db["allocation_rows"].create({"allocation": int, "jobs": str, "worker_type": str,
+                                  "share": float}, pk=("allocation", "jobs", "worker_type"))
+    db["status"].create({"job": str, "round": int, "time": float, "worker_type": str,
+                         "priority": float, "reason": str}, pk="job")
+    db["events"].create({"id": int, "time": float, "kind": str, "job": str, "detail": str}, pk="id")
+    db["events"].create_index(["job"])
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1]
+
+
+def _finite(v):
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+
+
+class SqliteStore:
+    """The `Store` of the daemon, plus the queries `slurm-gavel queue` needs."""
+
+    def __init__(self, path, readonly: bool = False, clock: Callable[[], float] = time.time):
+        self.path = Path(path)
+        self.clock = clock
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"{self.path}: no database (has the daemon run?)")
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(str(self.path), timeout=10, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"{self.path}: cannot open database: {e}") from None
+        self.db = sqlite_utils.Database(conn)
+        if not readonly:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.migrate()
+        elif self.schema_version() != len(MIGRATIONS):
+            raise StoreError(f"{self.path}: schema version {self.schema_version()}, "
+                             f"this slurm-gavel reads {len(MIGRATIONS)}")
+
+    # -- schema -------------------------------------------------------------------
+    def schema_version(self) -> int:
+        if "meta" not in self.db.table_names():
+            return 0
+        row = self.db.execute("select value from meta where key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    def migrate(self):
+        current = self.schema_version()
+        if current > len(MIGRATIONS):
+            raise StoreError(f"{self.path}: schema version {current} is newer than this "
+                             f"slurm-gavel ({len(MIGRATIONS)}); upgrade slurm-gavel")
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            with self._tx():         # one transaction per migration
+                if "meta" not in self.db.table_names():
+                    self.db["meta"].create({"key": str, "value": str}, pk="key")
+                MIGRATIONS[version - 1](self.db)
+                self.db["meta"].upsert({"key": "schema_version", "value": str(version)}, pk="key")
+
+    def close(self):
+        self.db.conn.close()
+
+    def _tx(self):
+        return _Transaction(self.db.conn)
+
+    # -- Store interface --------------------------------------------------------------
+    def observe(self, time_: float, obs: Observation) -> None:
+        rows = []
+        for j in obs.jobs:
+            rows.append({"id": j.id, "name": j.name, "user": j.user, "account": j.account,
+                         "model": j.job_type, "scale_factor": j.scale_factor, "weight": j.weight,
+                         "entity": j.entity, "slo": _finite(j.slo), "steps": _finite(j.total_steps),
+                         "submitted": j.arrival_time, "last_seen": time_, "state": "active"})
+        with self._tx():
+            known = {r[0] for r in self.db.execute("select id from jobs where state = 'active'")}
+            new = [r for r in rows if r["id"] not in known
+                   and not self.db.execute("select 1 from jobs where id = ?", [r["id"]]).fetchone()]
+            for r in new:
+                r["first_seen"] = time_
+                self.db["events"].insert({"time": time_, "kind": "arrival", "job": r["id"],
+                                          "detail": r["model"]})
+            if rows:
+                self.db["jobs"].upsert_all(rows, pk="id", alter=False)
+
+    def allocation(self, round: int, time_: float, allocation: Allocation, fresh: bool) -> None:
+        interim = list(allocation.info.get("interim_rows", [])) if allocation.info else []
+        with self._tx():
+            aid = self.db["allocations"].insert({
+                "round": round, "time": time_, "policy": allocation.policy, "fresh": int(fresh),
+                "objective": _finite(float(allocation.objective)),
+                "interim_jobs": json.dumps(interim)}).last_pk
+            rows = []
+            for i, job in enumerate(allocation.job_ids):
+                for j, wt in enumerate(allocation.worker_types):
+                    if allocation.x[i, j] > 0:
+                        rows.append({"allocation": aid, "jobs": job, "worker_type": wt,
+                                     "share": float(allocation.x[i, j])})
+            for r, (a, b) in enumerate(allocation.pair_jobs.tolist()):
+                for j, wt in enumerate(allocation.worker_types):
+                    if allocation.x_pairs[r, j] > 0:
+                        rows.append({"allocation": aid, "jobs": f"{allocation.job_ids[a]}+{allocation.job_ids[b]}",
+                                     "worker_type": wt, "share": float(allocation.x_pairs[r, j])})
+            if rows:
+                self.db["allocation_rows"].insert_all(rows)
+
+    def round(self, time_: float, plan: RoundPlan) -> None:
+        placements = []
+        for action, assignments in (("keep", plan.keep), ("start", plan.start)):
+            for a in assignments:
+                for job in a.jobs:
+                    placements.append({"round": plan.round, "job": job, "action": action,
+                                       "worker_type": a.worker_type, "nodes": ",".join(a.nodes),
+                                       "gpus": a.gpus})
+        placements += [{"round": plan.round, "job": job, "action": "preempt", "worker_type": None,
+                        "nodes": None, "gpus": 0} for job in plan.preempt]
+        with self._tx():
+            self.db["rounds"].upsert({"number": plan.round, "started": time_, "keep": len(plan.keep),
+                                      "start": len(plan.start), "preempt": len(plan.preempt)},
+                                     pk="number")
+            if placements:
+                self.db["placements"].upsert_all(placements, pk=("round", "job", "action"))
+
+    def usage(self, time_: float, usage: Usage) -> None:
+        a = usage.assignment
+        with self._tx():
+            for job in a.jobs:
+                self.db.execute(
+                    "insert into job_time (job, worker_type, seconds) values (?, ?, ?) "
+                    "on conflict (job, worker_type) do update set seconds = seconds + excluded.seconds",
+                    [job, a.worker_type, usage.seconds])
+
+    def departure(self, departure: Departure) -> None:
+        with self._tx():
+            self.db.execute("update jobs set state = ?, finished = ? where id = ?",
+                            [departure.state, departure.time, departure.id])
+            self.db["events"].insert({"time": departure.time, "kind": departure.state,
+                                      "job": departure.id, "detail": None})
+            self.db.execute("delete from status where job = ?", [departure.id])
+
+    # -- daemon extras ----------------------------------------------------------------
+    def status(self, round: int, time_: float, rows: Mapping[str, Mapping]) -> None:
+        """Why each active job runs or waits this round: {job: {worker_type, priority, reason}}."""
+        with self._tx():
+            self.db.execute("delete from status")
+            self.db["status"].insert_all(
+                [{"job": job, "round": round, "time": time_, "worker_type": r.get("worker_type"),
+                  "priority": _finite(r.get("priority")), "reason": r.get("reason")}
+                 for job, r in rows.items()], pk="job")
+
+    def event(self, time_: float, kind: str, job: str | None = None, detail: str | None = None):
+        with self._tx():
+            self.db["events"].insert({"time": time_, "kind": kind, "job": job, "detail": detail})
+
+    # -- queries ----------------------------------------------------------------------------
+    def job_time(self, jobs: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for job, wt, seconds in self.db.execute("select job, worker_type, seconds from job_time"):
+            out.setdefault(job, {})[wt] = seconds
+        if jobs is not None:
+            wanted = set(jobs)
+            out = {k: v for k, v in out.items() if k in wanted}
+        return out
+
+    def latest_allocation(self) -> tuple[dict | None, dict[str, dict[str, float]]]:
+        row = self.db.execute("select id, round, time, policy, fresh, objective, interim_jobs "
+                              "from allocations order by id desc limit 1").fetchone()
+        if row is None:
+            return None, {}
+        meta = dict(zip(("id", "round", "time", "policy", "fresh", "objective", "interim_jobs"), row))
+        meta["interim_jobs"] = json.loads(meta["interim_jobs"] or "[]")
+        shares: dict[str, dict[str, float]] = {}
+        for jobs, wt, share in self.db.execute(
+                "select jobs, worker_type, share from allocation_rows where allocation = ?", [row[0]]):
+            for job in jobs.split("+"):
+                shares.setdefault(job, {})
+                shares[job][wt] = shares[job].get(wt, 0.0) + share
+        return meta, shares
+
+    def jobs(self, states: Iterable[str] = ("active",)) -> list[dict]:
+        states = list(states)
+        marks = ",".join("?" * len(states))
+        return [dict(r) for r in self.db.query(f"select * from jobs where state in ({marks}) "
+                                                f"order by cast(id as integer), id", states)]
+
+    def status_rows(self) -> dict[str, dict]:
+        return {r["job"]: r for r in self.db.query("select * from status")}
+
+    def rounds_of(self) -> dict[str, int]:
+        """Rounds each job has run in (keep or start)."""
+        return {job: n for job, n in self.db.execute(
+            "select job, count(distinct round) from placements where action != 'preempt' group by job")}
+
+    def last_placement(self) -> dict[str, dict]:
+        out = {}
+        for r in self.db.query("select * from placements where round = (select max(number) from rounds)"):
+            if r["action"] != "preempt":
+                out[r["job"]] = r
+        return out
+
+
+class _Transaction:
+    """`with`: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), so readers never see half a write."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("begin immediate")
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("rollback" if exc_type else "commit")
+        return False
+
+
+__all__ = ["MIGRATIONS", "SqliteStore", "StoreError"]
