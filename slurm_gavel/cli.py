@@ -88,6 +88,9 @@ def _workload_options(p):
     p.add_argument("--prices", metavar="TYPE=$/h,...", help="GPU prices, for the cost line")
     p.add_argument("--space-sharing", action="store_true", help="let pairs of jobs share GPUs")
     p.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds")
+    p.add_argument("--reset-interval", type=float, default=1920.0, metavar="S", dest="reset_seconds",
+                   help="restart the mechanism's since-reset time at most this often "
+                        "(default: %(default)s; 0 = at every change of the allocation)")
 
 
 def _simulate_parser(commands):
@@ -308,6 +311,7 @@ def _run_config(args, **overrides):
     _positive(args.checkpoint_seconds, "--checkpoint-seconds", allow_zero=True)
     _positive(args.solver_delay, "--solver-delay", allow_zero=True)
     _positive(args.gpus_per_node, "--gpus-per-node")
+    _positive(args.reset_seconds, "--reset-interval", allow_zero=True)
     if args.jobs is not None and args.jobs < 1:
         raise InputError("--jobs", f"must be >= 1, got {args.jobs}")
     prices = _pairs(args.prices, "--prices", float)
@@ -317,7 +321,8 @@ def _run_config(args, **overrides):
                   jobs=args.jobs, multi_gpu=args.multi_gpu, round_seconds=args.round_seconds,
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   checkpoint_seconds=args.checkpoint_seconds, solver_delay=args.solver_delay,
-                  space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds)
+                  space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
+                  reset_seconds=args.reset_seconds)
     fields.update(overrides)
     return RunConfig(**fields)
 

@@ -9,7 +9,8 @@ Each round (`step`):
    to the allocator (which may take its time: see recompute.py);
 3. compose the allocation in force: the newest solved X for the jobs it
    knows, the heterogeneity-agnostic (isolated) share for jobs that arrived
-   since; when it changes, the ledger's since-reset time restarts;
+   since; when it changes, the ledger's since-reset time restarts (at most
+   once per `min_reset_seconds`);
 4. plan the round with the mechanism and hand the plan to the backend;
 5. sleep on the clock until the round ends.
 
@@ -35,6 +36,16 @@ from .throughputs import JobThroughputs, ThroughputSource
 log = logging.getLogger("slurm_gavel.engine")
 
 DEFAULT_ROUND_SECONDS = 360.0     # the paper's 6-minute rounds (seed 5.4, 6.3)
+# The ledger's since-reset time restarts when the allocation in force changes,
+# but not more often than this.  Priorities compare X with the time received
+# since the reset; with a reset at every arrival and departure (every few
+# rounds on a busy cluster) nearly every entry sits at the infinite priority
+# of "nothing received yet" and the mechanism stops steering toward X.
+# 1,920 s is the default minimum time between allocation resets of Gavel's
+# own scheduler.  Measured on Gavel's workload (docs/simulation.md): the gap
+# between realized and computed time fractions falls from 0.14 to 0.10
+# (aware) and from 0.27 to 0.07 (agnostic).
+DEFAULT_RESET_SECONDS = 1920.0
 INTERIM = "agnostic share"
 
 
@@ -96,7 +107,8 @@ class Engine:
     def __init__(self, clock: Clock, backend: Backend, allocator, throughputs: ThroughputSource,
                  store: Store | None = None, round_seconds: float = DEFAULT_ROUND_SECONDS,
                  prices: Mapping[str, float] | None = None, space_sharing: bool = False,
-                 recompute_seconds: float | None = None):
+                 recompute_seconds: float | None = None,
+                 min_reset_seconds: float = DEFAULT_RESET_SECONDS):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         self.clock, self.backend, self.allocator = clock, backend, allocator
@@ -106,6 +118,8 @@ class Engine:
         self.prices = dict(prices or {})
         self.space_sharing = space_sharing
         self.recompute_seconds = recompute_seconds
+        self.min_reset_seconds = float(min_reset_seconds)
+        self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
         self.ledger = Ledger(self.worker_types)
         self.round = 0
@@ -151,7 +165,9 @@ class Engine:
             self.allocation = (compose(solved, self.input) if self.input is not None
                                else Allocation((), self.worker_types, np.zeros((0, len(self.worker_types))),
                                                policy=INTERIM))
-            self.ledger.reset()
+            if now - self._last_reset >= self.min_reset_seconds:
+                self.ledger.reset()
+                self._last_reset = now
             self.store.allocation(self.round, now, self.allocation, fresh=solved is not None)
 
         scale_factors = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
@@ -243,4 +259,4 @@ class Engine:
         return fits
 
 
-__all__ = ["DEFAULT_ROUND_SECONDS", "Engine", "build_policy_input", "compose"]
+__all__ = ["DEFAULT_RESET_SECONDS", "DEFAULT_ROUND_SECONDS", "Engine", "build_policy_input", "compose"]

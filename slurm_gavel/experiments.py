@@ -46,6 +46,7 @@ class RunConfig:
     solver_delay: float = 0.0
     prices: tuple[tuple[str, float], ...] = ()
     max_rounds: int | None = None
+    reset_seconds: float = 1920.0
 
     @property
     def label(self) -> str:
@@ -85,7 +86,8 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    round_seconds=config.round_seconds, window=config.window,
                    gpus_per_node=config.gpus_per_node, checkpoint_seconds=config.checkpoint_seconds,
                    solver_delay=config.solver_delay, space_sharing=config.space_sharing,
-                   prices=dict(config.prices), max_rounds=config.max_rounds, progress=progress)
+                   prices=dict(config.prices), max_rounds=config.max_rounds,
+                   reset_seconds=config.reset_seconds, progress=progress)
     return sim, table
 
 

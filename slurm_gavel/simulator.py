@@ -25,7 +25,7 @@ import numpy as np
 
 from .backend import Departure, JobState, Observation, Usage
 from .clock import SimulatedClock
-from .engine import DEFAULT_ROUND_SECONDS, Engine
+from .engine import DEFAULT_RESET_SECONDS, DEFAULT_ROUND_SECONDS, Engine
 from .errors import InputError
 from .mechanism import Assignment, RoundPlan, Server
 from .recompute import Delayed, Immediate
@@ -300,7 +300,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              gpus_per_node: int | Mapping[str, int] = DEFAULT_GPUS_PER_NODE,
              checkpoint_seconds: float = 0.0, solver_delay: float = 0.0,
              space_sharing: bool = False, prices: Mapping[str, float] | None = None,
-             max_rounds: int | None = None,
+             max_rounds: int | None = None, reset_seconds: float = DEFAULT_RESET_SECONDS,
              progress: Callable[[int, float, int, int], None] | None = None) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
@@ -314,7 +314,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     allocator = Delayed(policy, solver_delay) if solver_delay > 0 else Immediate(policy)
     store = MemoryStore(keep_rounds=False)
     engine = Engine(clock, backend, allocator, TableThroughputs(table), store, round_seconds,
-                    prices=prices, space_sharing=space_sharing)
+                    prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds)
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
     remaining = len(wanted) if wanted is not None else None
 
