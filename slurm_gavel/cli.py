@@ -61,6 +61,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the allocation as JSON instead of a table")
     _simulate_parser(commands)
     _sweep_parser(commands)
+    daemon = commands.add_parser(
+        "daemon", help="schedule a Slurm cluster (runs in the foreground; systemd starts it)",
+        description="Read the Slurm queue, solve the policy, and start, keep or preempt gavel "
+                    "jobs in rounds. Logs to stderr. SIGTERM stops it after the current step, "
+                    "SIGHUP re-reads the configuration.")
+    daemon.add_argument("--config", metavar="FILE",
+                        help="configuration (default: /etc/slurm/gavel.toml if it exists)")
+    daemon.add_argument("--dry-run", action="store_true",
+                        help="shadow mode: compute and log every decision, change nothing in Slurm")
+    daemon.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds (tests)")
+    daemon.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    from .queue import add_arguments
+    queue = commands.add_parser(
+        "queue", help="the scheduler's view of the jobs (also installed as gqueue)",
+        description="Every gavel job: GPU type now, target share per type, time received per "
+                    "type, priority, rounds, and why it waits. Reads the daemon's database.")
+    add_arguments(queue)
+    try:
+        from .devcluster import register
+    except ImportError:      # pragma: no cover
+        pass
+    else:
+        register(commands)
     return parser
 
 
@@ -427,6 +450,24 @@ def cmd_simulate(args) -> int:
     return EXIT_OK
 
 
+def cmd_daemon(args) -> int:
+    import os
+    from . import config as config_mod
+    from .daemon import main as daemon_main
+
+    if args.max_rounds is not None and args.max_rounds < 1:
+        raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")
+    path = args.config
+    if path is None and os.path.exists(config_mod.DEFAULT_PATH):
+        path = config_mod.DEFAULT_PATH
+    return daemon_main(path, dry_run=args.dry_run, max_rounds=args.max_rounds, log_level=args.log_level)
+
+
+def cmd_queue(args) -> int:
+    from .queue import run
+    return run(args)
+
+
 def cmd_sweep(args) -> int:
     from .experiments import atomic_write, plot_sweep, rows_csv, sweep
 
@@ -487,8 +528,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help, --version, usage errors
         code = done.code
         return code if isinstance(code, int) else (0 if code is None else EXIT_INPUT)
-    handler = {"policies": cmd_policies, "solve": cmd_solve, "simulate": cmd_simulate,
-               "sweep": cmd_sweep}[args.command]
+    handler = getattr(args, "handler", None) or {
+        "policies": cmd_policies, "solve": cmd_solve, "simulate": cmd_simulate, "sweep": cmd_sweep,
+        "daemon": cmd_daemon, "queue": cmd_queue}[args.command]
     try:
         return handler(args)
     except (InputError, UnknownPolicyError) as err:

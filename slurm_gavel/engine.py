@@ -130,22 +130,27 @@ class Engine:
         self._job_ids: tuple[str, ...] = ()
         self._servers: tuple = ()
         self._last_submit = -np.inf
+        self._round_end = -np.inf
         self.unschedulable: dict[str, str] = {}     # job id -> why no policy can place it
         self.last_plan: RoundPlan | None = None
-        self._waiting_ids: list[str] = []
+        self.active_ids: list[str] = []
         self._reported: set[str] = set()
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
+        """One whole round: plan and act now, then sleep until the round ends."""
+        plan = self.plan()
+        self.wait()
+        return plan
+
+    def wait(self) -> None:
+        """Sleep on the clock until the end of the round `plan` began."""
+        self.clock.sleep_until(self._round_end)
+
+    def plan(self) -> RoundPlan:
+        """Observe, (re)solve on reset events, plan the round and hand it to the backend."""
         now = self.clock.now()
-        obs = self.backend.observe()
-        self.store.observe(now, obs)
-        for u in obs.usage:
-            self.ledger.record((u.assignment,), u.seconds)
-            self.store.usage(now, u)
-        for d in obs.departures:
-            self.ledger.forget(d.id)
-            self.store.departure(d)
+        obs = self._observe(now)
 
         job_ids = tuple(j.id for j in obs.jobs)
         jobs_changed = job_ids != self._job_ids or obs.servers != self._servers
@@ -178,10 +183,26 @@ class Engine:
         self.backend.execute(plan, round_end)
         self.store.round(now, plan)
         self.last_plan = plan
-        self._waiting_ids = [j.id for j in obs.jobs]
+        self.active_ids = [j.id for j in obs.jobs]
         self.round += 1
-        self.clock.sleep_until(round_end)
+        self._round_end = round_end
         return plan
+
+    def _observe(self, now: float) -> Observation:
+        obs = self.backend.observe()
+        self.store.observe(now, obs)
+        for u in obs.usage:
+            self.ledger.record((u.assignment,), u.seconds)
+            self.store.usage(now, u)
+        for d in obs.departures:
+            self.ledger.forget(d.id)
+            self.store.departure(d)
+        return obs
+
+    def settle(self) -> None:
+        """Observe once more without planning: record the time run and the jobs gone since the
+        last round (a daemon stopping, a simulation ending)."""
+        self._observe(self.clock.now())
 
     def explain(self) -> dict[str, dict]:
         """For each active job of the last round: where it runs, its best priority, why it waits.
@@ -206,7 +227,7 @@ class Engine:
                     share[job] = share.get(job, 0.0) + float(total)
         interim = set(alloc.info.get("interim_rows", ())) if alloc is not None and alloc.info else set()
         pending = bool(getattr(self.allocator, "pending", False))
-        for job in self._waiting_ids:
+        for job in self.active_ids:
             if job in placed:
                 reason = ""
             elif job in self.unschedulable:

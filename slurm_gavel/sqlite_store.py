@@ -48,6 +48,8 @@ def _v1(db: sqlite_utils.Database):
                          "priority": float, "reason": str}, pk="job")
     db["events"].create({"id": int, "time": float, "kind": str, "job": str, "detail": str}, pk="id")
     db["events"].create_index(["job"])
+    # the GPUs the scheduler could use at the last observation, per server
+    db["servers"].create({"name": str, "worker_type": str, "gpus": int, "time": float}, pk="name")
 
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1]
@@ -125,6 +127,10 @@ class SqliteStore:
                                           "detail": r["model"]})
             if rows:
                 self.db["jobs"].upsert_all(rows, pk="id", alter=False)
+            self.db.execute("delete from servers")
+            if obs.servers:
+                self.db["servers"].insert_all([{"name": sv.name, "worker_type": sv.worker_type,
+                                                "gpus": sv.gpus, "time": time_} for sv in obs.servers])
 
     def allocation(self, round: int, time_: float, allocation: Allocation, fresh: bool) -> None:
         interim = list(allocation.info.get("interim_rows", [])) if allocation.info else []
@@ -188,7 +194,7 @@ class SqliteStore:
             self.db.execute("delete from status")
             self.db["status"].insert_all(
                 [{"job": job, "round": round, "time": time_, "worker_type": r.get("worker_type"),
-                  "priority": _finite(r.get("priority")), "reason": r.get("reason")}
+                  "priority": r.get("priority"), "reason": r.get("reason")}
                  for job, r in rows.items()], pk="job")
 
     def event(self, time_: float, kind: str, job: str | None = None, detail: str | None = None):
@@ -233,6 +239,9 @@ class SqliteStore:
         """Rounds each job has run in (keep or start)."""
         return {job: n for job, n in self.db.execute(
             "select job, count(distinct round) from placements where action != 'preempt' group by job")}
+
+    def servers(self) -> list[dict]:
+        return [dict(r) for r in self.db.query("select * from servers order by worker_type, name")]
 
     def last_placement(self) -> dict[str, dict]:
         out = {}

@@ -15,6 +15,19 @@ if [ ! -x "$VENV/bin/python" ] && ! "$PYTHON" -c 'import ensurepip, venv' >/dev/
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
 fi
+# The local Slurm cluster (`slurm-gavel cluster up`, the Slurm tests) needs Slurm and
+# MUNGE: install them with apt-get when missing. The daemons live in /usr/sbin, which
+# is not on every PATH. A failed install only warns: those tests then skip (fail in CI).
+_gavel_have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/local/sbin/$1" ]; }
+if { ! _gavel_have slurmctld || ! _gavel_have munged; } && command -v apt-get >/dev/null 2>&1; then
+    echo "setup-env: installing slurm-wlm and munge with apt-get (for the local Slurm test cluster)" >&2
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    { $SUDO apt-get update -qq \
+        && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } \
+        || echo "setup-env: warning: could not install slurm-wlm and munge; the Slurm tests will be skipped" >&2
+fi
+unset -f _gavel_have
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi

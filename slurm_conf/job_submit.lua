@@ -1,0 +1,347 @@
+--[[
+job_submit.lua for slurm-gavel: checks gavel jobs at submission and keeps their
+placement in the scheduler's hands.
+
+Install next to slurm.conf and set JobSubmitPlugins=lua. slurmctld runs this
+file with the system liblua (5.1 on Debian 12's Slurm 22.05), so it sticks to
+Lua 5.1. It does no I/O at all (no io.*, os.*, file reads): it runs inside
+slurmctld, under its locks, for every submission.
+
+A gavel job is one whose --comment starts with the word "gavel" (followed by the
+end of the comment or whitespace). For such a job this plugin
+  1. parses the flags with the grammar of slurm_gavel/flags.py, rule for rule and
+     message for message (tests/test_flags.py runs both on one table of cases);
+     a bad flag rejects the submission with a one-line message at sbatch;
+  2. holds the job (priority 0): the gavel daemon decides where and when it runs;
+  3. makes its GPU request untyped (gpu:v100:2 -> gpu:2): the daemon picks the
+     GPU type through the partition, and Slurm refuses to change a pending job's
+     typed GRES ("with and without type identification");
+  4. turns requeue on: preemption requeues the job;
+  5. stores the canonical flags in admin_comment ("gavel:v1 model=... weight=..."),
+     which only administrators can change, so the daemon reads flags the user
+     can no longer tamper with.
+Any other job passes untouched.
+
+On modification, a gavel job (admin_comment starting with "gavel:") can only be
+changed by the uids in GAVEL_ADMIN_UIDS: the hold set above is a *user* hold,
+so without this the owner could `scontrol release` the job (or move it to
+another partition) and bypass the scheduler. scancel is not a modification and
+keeps working for the owner.
+]]
+
+-- uids allowed to modify gavel jobs (release, change partition or nodes, ...).
+-- Slurm 22.05 does not expose SlurmUser to Lua and this plugin reads no files,
+-- so only root is allowed by default. If slurmctld's SlurmUser is not root, or
+-- the gavel daemon runs as another (operator) user, add those uids here, e.g.
+-- GAVEL_ADMIN_UIDS = { [0] = true, [64030] = true }
+local GAVEL_ADMIN_UIDS = { [0] = true }
+
+-- The grammar; keep in step with slurm_gavel/flags.py.
+local KEYS = { "model", "weight", "entity", "slo", "steps" }
+local KNOWN = { model = true, weight = true, entity = true, slo = true, steps = true }
+local EXAMPLES = {
+    model = "model=resnet50", weight = "weight=2", entity = "entity=physics",
+    slo = "slo=36h", steps = "steps=100000",
+}
+local UNIT_SECONDS = { s = 1, m = 60, h = 3600, d = 86400 }
+local MAX_NAME_LEN = 64
+local MAX_WEIGHT = 1000000
+local MAX_DECIMALS = 6
+local MAX_SLO_SECONDS = 365 * 86400
+local MAX_STEPS = 1000000000000000      -- 10^15: exact in a Lua 5.1 number (double)
+local SHOW_LIMIT = 72                   -- items longer than this (bytes) are shortened
+local SHOW_KEEP = 64
+-- ASCII whitespace spelled out: %s depends on the C locale of slurmctld.
+local WS_CHARS = " \t\n\v\f\r"
+
+local function starts_gavel(text)
+    if type(text) ~= "string" or string.sub(text, 1, 5) ~= "gavel" then
+        return false
+    end
+    local next_char = string.sub(text, 6, 6)
+    return next_char == "" or string.find(WS_CHARS, next_char, 1, true) ~= nil
+end
+
+-- The item as shown in a message: more than SHOW_LIMIT bytes keeps the first
+-- SHOW_KEEP bytes, cut back so as not to split a UTF-8 sequence, then "...".
+local function shown(item)
+    if #item <= SHOW_LIMIT then
+        return item
+    end
+    local cut = SHOW_KEEP
+    while cut > 0 do
+        local b = string.byte(item, cut + 1)
+        if b < 128 or b >= 192 then break end   -- not a continuation byte
+        cut = cut - 1
+    end
+    return string.sub(item, 1, cut) .. "..."
+end
+
+-- Each checker returns value, nil or nil, problem.
+local function check_name(value, pattern, allowed)
+    if not string.find(value, pattern) then
+        return nil, "may use only letters, digits and " .. allowed
+    end
+    if #value > MAX_NAME_LEN then   -- after the pattern: ASCII, so bytes == characters
+        return nil, "longer than " .. MAX_NAME_LEN .. " characters"
+    end
+    return value
+end
+
+local function check_model(value)
+    return check_name(value, "^[A-Za-z0-9._+%-]+$", ". _ + -")
+end
+
+local function check_entity(value)
+    return check_name(value, "^[A-Za-z0-9._%-]+$", ". _ -")
+end
+
+-- Plain decimal: integer digits, optional point, fraction digits (one digit at least).
+local function decimal(text)
+    local whole, frac = string.match(text, "^([0-9]*)%.?([0-9]*)$")
+    if whole == nil or (whole == "" and frac == "") then
+        return nil
+    end
+    return whole, frac
+end
+
+local function check_weight(value)
+    local whole, frac = decimal(value)
+    if whole == nil then
+        return nil, "must be a number, e.g. weight=2 or weight=0.5"
+    end
+    if #frac > MAX_DECIMALS then
+        return nil, "at most " .. MAX_DECIMALS .. " digits after the decimal point"
+    end
+    local w = tonumber(value)   -- strtod: the same double as Python's float()
+    if w <= 0 then
+        return nil, "must be greater than 0"
+    end
+    if w > MAX_WEIGHT then
+        return nil, "must be at most " .. MAX_WEIGHT
+    end
+    return w
+end
+
+local function check_slo(value)
+    local number, unit = string.match(value, "^([0-9.]*)(.*)$")
+    local whole, frac = decimal(number)
+    if whole == nil then
+        return nil, "must be a number with a unit (s, m, h or d), e.g. slo=36h"
+    end
+    if unit == "" then
+        return nil, "needs a unit (s, m, h or d), e.g. slo=36h"
+    end
+    local mult = UNIT_SECONDS[unit]
+    if mult == nil then
+        return nil, "unknown unit " .. unit .. " (use s, m, h or d), e.g. slo=36h"
+    end
+    if #frac > MAX_DECIMALS then
+        return nil, "at most " .. MAX_DECIMALS .. " digits after the decimal point"
+    end
+    whole = string.gsub(whole, "^0+", "")
+    if whole == "" and string.find(frac, "^0*$") then
+        return nil, "must be greater than 0"
+    end
+    local too_long = "must be at most " .. string.format("%.0f", MAX_SLO_SECONDS / 86400) .. "d"
+    if #whole > 9 then
+        return nil, too_long
+    end
+    -- Exact arithmetic, every intermediate below 2^53: the whole part times the
+    -- unit, plus the fraction's seconds rounded half up (as flags.py does it).
+    local seconds = (tonumber(whole) or 0) * mult
+    if seconds > MAX_SLO_SECONDS then
+        return nil, too_long
+    end
+    local den = 10 ^ #frac
+    seconds = seconds + math.floor((2 * (tonumber(frac) or 0) * mult + den) / (2 * den))
+    if seconds > MAX_SLO_SECONDS then
+        return nil, too_long
+    end
+    if seconds < 1 then
+        return nil, "must be at least 1s"
+    end
+    return seconds
+end
+
+local function check_steps(value)
+    if not string.find(value, "^[0-9]+$") then
+        return nil, "must be a whole number, e.g. steps=100000"
+    end
+    local digits = string.gsub(value, "^0+", "")
+    if digits == "" then
+        return nil, "must be at least 1"
+    end
+    if #digits > 16 or tonumber(digits) > MAX_STEPS then
+        return nil, "must be at most " .. string.format("%.0f", MAX_STEPS)
+    end
+    return tonumber(digits)
+end
+
+local CHECKS = {
+    model = check_model, weight = check_weight, entity = check_entity,
+    slo = check_slo, steps = check_steps,
+}
+
+-- "%.6f" without trailing zeros (and point): the same text flags.py writes.
+local function format_weight(w)
+    local text = string.format("%.6f", w)
+    text = string.gsub(text, "0+$", "")
+    text = string.gsub(text, "%.$", "")
+    return text
+end
+
+-- Canonical form, identical to flags.to_admin_comment.
+local function admin_comment(values)
+    local parts = { "gavel:v1" }
+    if values.model then table.insert(parts, "model=" .. values.model) end
+    table.insert(parts, "weight=" .. format_weight(values.weight or 1))
+    if values.entity then table.insert(parts, "entity=" .. values.entity) end
+    if values.slo then table.insert(parts, "slo=" .. string.format("%.0f", values.slo)) end
+    if values.steps then table.insert(parts, "steps=" .. string.format("%.0f", values.steps)) end
+    return table.concat(parts, " ")
+end
+
+-- Parse a gavel comment: returns the canonical admin comment, or nil and the
+-- one-line message for the user (the first bad item, left to right).
+local function parse_flags(comment, default_entity)
+    local values = {}
+    local rest = string.sub(comment, 6)
+    for item in string.gmatch(rest, "[^" .. WS_CHARS .. "]+") do
+        local item_shown = shown(item)
+        local function fail(problem)
+            return nil, "gavel flags: " .. item_shown .. ": " .. problem
+        end
+        local eq = string.find(item, "=", 1, true)
+        if eq == nil then
+            return fail("expected key=value, e.g. model=resnet50")
+        end
+        local key = string.sub(item, 1, eq - 1)
+        local value = string.sub(item, eq + 1)
+        if key == "" then
+            return fail("missing the key before '='")
+        end
+        if not KNOWN[key] then
+            return fail("unknown key " .. shown(key) .. " (known keys: "
+                        .. table.concat(KEYS, ", ") .. ")")
+        end
+        if values[key] ~= nil then
+            return fail(key .. " is given twice")
+        end
+        if value == "" then
+            return fail("empty value, e.g. " .. EXAMPLES[key])
+        end
+        local parsed, problem = CHECKS[key](value)
+        if parsed == nil then
+            return fail(problem)
+        end
+        values[key] = parsed
+    end
+    if values.entity == nil and type(default_entity) == "string" then
+        -- An account name the grammar cannot carry is left out, as in flags.py.
+        values.entity = check_entity(default_entity)
+    end
+    return admin_comment(values)
+end
+
+-- GPU request rewriting. A GRES spec is a comma-separated list; in 22.05 the
+-- items look like "gres:gpu:v100:2" (Slurm 23.02+ writes "gres/gpu:v100:2";
+-- old-style "gpu:v100:2" also occurs). Every GPU item becomes untyped, and
+-- several GPU items (gpu:v100:1,gpu:p100:1) merge into one with their total
+-- count, in the place of the first. Returns the new spec and its GPU count.
+local function untype_gpus(spec)
+    if type(spec) ~= "string" or spec == "" then
+        return spec, 0
+    end
+    local items, gpus, first_gpu = {}, 0, nil
+    for item in string.gmatch(spec, "[^,]+") do
+        local prefix, rest = string.match(item, "^(gres[:/])(.*)$")
+        if prefix == nil then
+            prefix, rest = "", item
+        end
+        if rest == "gpu" or string.sub(rest, 1, 4) == "gpu:" then
+            -- gpu | gpu:N | gpu:TYPE | gpu:TYPE:N  (no count means 1)
+            local fields = {}
+            for f in string.gmatch(string.sub(rest, 5), "[^:]+") do
+                table.insert(fields, f)
+            end
+            local last = fields[#fields]
+            if last ~= nil and string.find(last, "^[0-9]+$") then
+                gpus = gpus + tonumber(last)
+            else
+                gpus = gpus + 1
+            end
+            if first_gpu == nil then
+                table.insert(items, prefix .. "gpu:")   -- count filled in below
+                first_gpu = #items
+            end
+        else
+            table.insert(items, item)
+        end
+    end
+    if first_gpu == nil then
+        return spec, 0
+    end
+    items[first_gpu] = items[first_gpu] .. string.format("%.0f", gpus)
+    return table.concat(items, ","), gpus
+end
+
+-- Every field a GPU request can arrive in (--gres / --gpus-per-node,
+-- --gpus, --gpus-per-socket, --gpus-per-task).
+local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    local comment = job_desc.comment
+    if not starts_gavel(comment) then
+        return slurm.SUCCESS
+    end
+    local account = job_desc.account
+    if account == nil then
+        account = job_desc.default_account
+    end
+    local canonical, message = parse_flags(comment, account)
+    if canonical == nil then
+        -- log_user formats its first argument: never pass user text as the format.
+        slurm.log_user("%s", message)
+        return slurm.ERROR
+    end
+    local gpus = 0
+    local rewritten = {}
+    for _, field in ipairs(GPU_FIELDS) do
+        local old = job_desc[field]
+        local new, n = untype_gpus(old)
+        gpus = gpus + n
+        if new ~= old then
+            rewritten[field] = new
+        end
+    end
+    if gpus == 0 then
+        slurm.log_user("%s", "gavel flags: no GPU requested: a gavel job needs GPUs, "
+                       .. "e.g. --gres=gpu:1 (the scheduler picks the GPU type)")
+        return slurm.ERROR
+    end
+    for _, field in ipairs(GPU_FIELDS) do
+        if rewritten[field] ~= nil then
+            job_desc[field] = rewritten[field]
+        end
+    end
+    job_desc.priority = 0          -- held until the gavel daemon places it
+    job_desc.requeue = 1           -- preemption requeues rather than kills
+    job_desc.admin_comment = canonical
+    slurm.log_info("%s", "gavel: held job of uid " .. tostring(submit_uid) .. ": " .. canonical)
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    local admin = job_rec and job_rec.admin_comment
+    if type(admin) == "string" and string.sub(admin, 1, 6) == "gavel:"
+            and not GAVEL_ADMIN_UIDS[modify_uid] then
+        slurm.log_user("%s", "gavel jobs are placed by the gavel scheduler: only an "
+                       .. "administrator can release or change them (scancel still works)")
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+
+slurm.log_info("%s", "slurm-gavel job_submit.lua loaded")
+return slurm.SUCCESS

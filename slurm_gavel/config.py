@@ -1,0 +1,114 @@
+"""The daemon's configuration: /etc/slurm/gavel.toml, read and checked in one place.
+
+Every key is optional; `Config()` is the default.  A wrong key or value is
+an `InputError` naming the file and the key, so `slurm-gavel daemon` refuses
+to start (exit 2) instead of scheduling with a setting nobody asked for.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import InputError
+from .slurmcli import SIGNALS
+
+try:                      # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - 3.9/3.10
+    import tomli as tomllib
+
+DEFAULT_PATH = "/etc/slurm/gavel.toml"
+
+
+@dataclass(frozen=True)
+class Config:
+    policy: str = "max_min_fairness"
+    agnostic: bool = False
+    space_sharing: bool = False
+    round_seconds: float = 360.0
+    tick_seconds: float = 10.0           # how often Slurm is polled within a round
+    database: str = "/var/lib/slurm-gavel/state.db"
+    throughputs: str | None = None       # a throughput table in Gavel's JSON layout
+    partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type; {} = from Slurm
+    prices: Mapping[str, float] = field(default_factory=dict)    # GPU type -> $ per GPU-hour
+    solver_budget_seconds: float = 60.0
+    preemption_signal: str = "USR2"
+    signal_all_steps: bool = False       # scancel --full (training under srun) instead of --batch
+    requeue_exit_code: int = 85
+    grace_seconds: float = 60.0          # after the signal, then `scontrol requeuehold`
+    slurm_bin_dir: str | None = None
+    slurm_conf: str | None = None        # SLURM_CONF for the Slurm commands
+    command_timeout_seconds: float = 30.0
+    source: str = ""                     # the file it came from
+
+    def check(self) -> "Config":
+        where = self.source or "config"
+
+        def bad(key, problem):
+            raise InputError(f"{where}: {key}", problem)
+
+        from .policies import UnknownPolicyError, make_policy
+        try:
+            make_policy(self.policy, agnostic=self.agnostic, space_sharing=self.space_sharing)
+        except UnknownPolicyError as e:
+            bad("policy", str(e))
+        except InputError as e:
+            bad("policy", e.problem)
+        for key in ("round_seconds", "tick_seconds", "solver_budget_seconds", "grace_seconds",
+                    "command_timeout_seconds"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                bad(key, f"must be a number > 0, got {v!r}")
+        if self.tick_seconds > self.round_seconds:
+            bad("tick_seconds", f"must not exceed round_seconds ({self.round_seconds})")
+        if self.preemption_signal not in SIGNALS:
+            bad("preemption_signal", f"must be one of {', '.join(SIGNALS)}, got {self.preemption_signal!r}")
+        if not (isinstance(self.requeue_exit_code, int) and 1 <= self.requeue_exit_code <= 255):
+            bad("requeue_exit_code", f"must be an integer 1-255, got {self.requeue_exit_code!r}")
+        for p, wt in self.partitions.items():
+            if not isinstance(wt, str) or not wt:
+                bad(f"partitions.{p}", "must name a GPU type")
+        for wt, price in self.prices.items():
+            if not (isinstance(price, (int, float)) and price >= 0):
+                bad(f"prices.{wt}", f"must be a number >= 0, got {price!r}")
+        if self.throughputs is not None and not Path(self.throughputs).is_file():
+            bad("throughputs", f"no such file: {self.throughputs}")
+        return self
+
+
+def load(path: str | Path | None) -> Config:
+    """The configuration in `path` (None: all defaults), checked."""
+    if path is None:
+        return Config().check()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except OSError as e:
+        raise InputError(str(path), f"cannot read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(str(path), f"not valid TOML: {e}") from None
+    return from_dict(data, source=str(path))
+
+
+def from_dict(data: Mapping[str, Any], source: str = "config") -> Config:
+    known = {f.name: f for f in fields(Config) if f.name != "source"}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise InputError(f"{source}: {key}", f"unknown setting (known: {', '.join(sorted(known))})")
+        default = getattr(Config(), key)
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise InputError(f"{source}: {key}", f"must be true or false, got {value!r}")
+        if isinstance(default, Mapping) and not isinstance(value, Mapping):
+            raise InputError(f"{source}: {key}", "must be a table")
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        values[key] = dict(value) if isinstance(value, Mapping) else value
+    return replace(Config(), source=source, **values).check()
+
+
+__all__ = ["Config", "DEFAULT_PATH", "from_dict", "load"]

@@ -1,0 +1,201 @@
+"""`slurm-gavel daemon`: the engine driving a real Slurm cluster, in the foreground.
+
+The same engine as the simulator, with the real parts plugged in: a wall
+clock that polls Slurm every tick while it waits for the round to end, the
+Slurm backend, a solver thread (rounds go on while a solve runs), throughputs
+from the configured table (a model it does not know runs at the same speed
+everywhere until measured), and the SQLite store that `slurm-gavel queue`
+reads.  SIGTERM or SIGINT ends it after the current step; SIGHUP re-reads the
+configuration (a bad new one is logged and the old one kept).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import config as config_mod
+from .clock import WallClock
+from .engine import Engine
+from .errors import GavelError
+from .policies import make_policy
+from .recompute import Background
+from .slurm_backend import SlurmBackend
+from .slurmcli import SlurmCLI
+from .sqlite_store import SqliteStore
+from .throughputs import JobThroughputs, TableThroughputs
+from .workloads import ThroughputTable
+
+log = logging.getLogger("slurm_gavel.daemon")
+
+
+class TickingClock(WallClock):
+    """Wall time; while sleeping to the end of a round, call `tick` every `every` seconds."""
+
+    def __init__(self, tick: Callable[[], None], every: float):
+        super().__init__()
+        self.tick, self.every = tick, every
+        self.stopping = threading.Event()
+
+    def sleep_until(self, t: float) -> None:
+        while not self.stopping.is_set():
+            now = self.now()
+            if now >= t:
+                return
+            super().sleep_until(min(t, now + self.every))
+            if not self.stopping.is_set():
+                self.tick()
+
+    def stop(self):
+        self.stopping.set()
+        self.wake()
+
+
+class FallbackThroughputs:
+    """A table's throughputs, and 1 step/s on every type for models it does not know.
+
+    A job of an unknown model is then scheduled as a heterogeneity-agnostic
+    scheduler would, until its throughputs are measured (issue 6), instead of
+    waiting forever for a number nobody has.
+    """
+
+    def __init__(self, table: ThroughputTable | None):
+        self.table = TableThroughputs(table) if table is not None else None
+
+    def lookup(self, jobs, worker_types, include_pairs=False) -> JobThroughputs:
+        k = len(worker_types)
+        if self.table is None:
+            n = len(jobs)
+            return JobThroughputs(np.ones((n, k)), np.full((n, k), np.nan),
+                                  np.zeros((0, 2), dtype=np.int64), np.zeros((0, k, 2)))
+        t = self.table.lookup(jobs, worker_types, include_pairs)
+        unknown = ~np.isfinite(t.solo).any(axis=1)
+        solo = np.where(unknown[:, None], 1.0, t.solo)
+        return JobThroughputs(solo, t.unconsolidated, t.pair_jobs, t.pair_throughputs)
+
+
+class Daemon:
+    def __init__(self, config: config_mod.Config, dry_run: bool = False):
+        self.config = config
+        self.dry_run = dry_run
+        env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else None
+        self.cli = SlurmCLI(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)
+        self.store = SqliteStore(config.database)
+        self.clock = TickingClock(self._tick, config.tick_seconds)
+        self.backend = SlurmBackend(self.cli, self.clock, config.partitions or None,
+                                    signal=config.preemption_signal,
+                                    signal_all_steps=config.signal_all_steps,
+                                    grace_seconds=config.grace_seconds, dry_run=dry_run,
+                                    on_event=self._event)
+        self.engine = Engine(self.clock, self.backend, self._allocator(config),
+                             FallbackThroughputs(self._table(config)), self.store,
+                             config.round_seconds, prices=config.prices,
+                             space_sharing=config.space_sharing)
+        self._reload = False
+        log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
+                 config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
+                 ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
+                 " [DRY RUN: nothing is changed in Slurm]" if dry_run else "")
+
+    @staticmethod
+    def _table(config):
+        return ThroughputTable.from_gavel_json(config.throughputs) if config.throughputs else None
+
+    def _allocator(self, config):
+        policy = make_policy(config.policy, agnostic=config.agnostic, space_sharing=config.space_sharing)
+        return Background(policy, on_error=lambda f: log.error("policy solve failed (the previous "
+                                                                "allocation stays): %s", f.error))
+
+    def _event(self, kind, job, detail):
+        try:
+            self.store.event(self.clock.now(), kind, job, detail)
+        except GavelError as e:
+            log.error("cannot record event: %s", e)
+
+    def _tick(self):
+        self.backend.tick()
+
+    # -- control ------------------------------------------------------------------
+    def request_stop(self, *_):
+        log.info("stopping after the current step")
+        self.clock.stop()
+
+    def request_reload(self, *_):
+        self._reload = True
+        self.clock.wake()
+
+    def reload(self):
+        self._reload = False
+        path = self.config.source or None
+        try:
+            new = config_mod.load(path)
+            table = self._table(new)
+        except GavelError as e:
+            log.error("reload: keeping the old configuration: %s", e)
+            return
+        old = self.engine.allocator
+        self.engine.allocator = self._allocator(new)
+        old.close()
+        self.engine.throughputs = FallbackThroughputs(table)
+        self.engine.round_seconds = new.round_seconds
+        self.engine.prices = dict(new.prices)
+        self.clock.every = new.tick_seconds
+        self.config = new
+        log.info("reloaded %s: policy %s, rounds of %.0f s", path, new.policy, new.round_seconds)
+
+    def run(self, max_rounds: int | None = None) -> int:
+        try:
+            while not self.clock.stopping.is_set():
+                if max_rounds is not None and self.engine.round >= max_rounds:
+                    break
+                if self._reload:
+                    self.reload()
+                try:
+                    plan = self.engine.plan()
+                except GavelError as e:
+                    # Slurm not answering (slurmctld restarting, a timeout): no
+                    # round this time; the jobs keep what they have.  Try again.
+                    delay = self.backend.backoff.failed(self.clock.now())
+                    log.error("round skipped, trying again in %.0f s: %s", delay, e)
+                    self.clock.sleep_until(self.clock.now() + delay)
+                    continue
+                self.backend.backoff.succeeded()
+                self.store.status(plan.round, self.clock.now(), self._status())
+                log.info("round %d: %d kept, %d started, %d preempted, %d waiting", plan.round,
+                         len(plan.keep), len(plan.start), len(plan.preempt),
+                         len(self.engine.active_ids) - len(plan.running_jobs))
+                self.engine.wait()
+        finally:
+            self.engine.allocator.close()
+            try:
+                self.engine.settle()        # what ran since the last round is not lost
+            except GavelError as e:
+                log.error("final observation failed: %s", e)
+            self.store.close()
+        log.info("stopped after round %d", self.engine.round - 1)
+        return 0
+
+    def _status(self) -> dict:
+        rows = self.engine.explain()
+        for job, why in self.backend.bad_flags.items():
+            rows[job] = {"worker_type": None, "priority": None, "reason": why}
+        return rows
+
+
+def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None = None,
+         log_level: str = "INFO") -> int:
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = config_mod.load(config_path)
+    daemon = Daemon(config, dry_run=dry_run)
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    signal.signal(signal.SIGHUP, daemon.request_reload)
+    return daemon.run(max_rounds)
+
+
+__all__ = ["Daemon", "FallbackThroughputs", "TickingClock", "main"]

@@ -1,0 +1,174 @@
+"""`slurm-gavel queue` (also `gqueue`): the scheduler's view of every job, squeue-style.
+
+It only reads the daemon's SQLite store (while the daemon writes to it):
+per job its GPU type now, its target share per type (its row of the
+allocation X), the time it has received per type, its priority, the rounds
+it ran, and why it waits, in words.  `--cluster` summarizes per GPU type.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Sequence
+
+from .errors import GavelError, InputError
+from .sqlite_store import SqliteStore
+
+COLUMNS = {
+    "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",
+    "share": "SHARE", "time": "TIME", "priority": "PRIORITY", "rounds": "ROUNDS", "reason": "REASON",
+}
+DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,reason"
+
+
+def _hours(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict], list[str]]:
+    """One dict per active job, with everything the table shows; and the worker types."""
+    jobs = store.jobs()
+    meta, shares = store.latest_allocation()
+    times = store.job_time()
+    status = store.status_rows()
+    rounds = store.rounds_of()
+    servers = store.servers()
+    worker_types = list(dict.fromkeys([s["worker_type"] for s in servers]
+                                      + [wt for t in shares.values() for wt in t]
+                                      + [wt for t in times.values() for wt in t]))
+    interim = set(meta["interim_jobs"]) if meta else set()
+    out = []
+    for j in jobs:
+        st = status.get(j["id"], {})
+        wt = st.get("worker_type")
+        if users and j["user"] not in users:
+            continue
+        if types and wt not in types:
+            continue
+        if job_ids and j["id"] not in job_ids:
+            continue
+        reason = st.get("reason") if st else "not yet scheduled (waiting for the next round)"
+        out.append({
+            "jobid": j["id"], "user": j["user"], "name": j["name"], "account": j["account"],
+            "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
+            "st": "R" if wt else "PD", "type": wt,
+            "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
+            "interim_share": j["id"] in interim,
+            "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},
+            "priority": st.get("priority"), "rounds": rounds.get(j["id"], 0),
+            "reason": reason or "",
+        })
+    return out, worker_types
+
+
+def cluster_rows(store: SqliteStore) -> list[dict]:
+    """Per GPU type: GPUs the scheduler may use, busy, the allocation's share, utilization."""
+    servers = store.servers()
+    _, shares = store.latest_allocation()
+    placed = store.last_placement()
+    sf = {j["id"]: j["scale_factor"] or 1 for j in store.jobs()}
+    out = []
+    for wt in dict.fromkeys(s["worker_type"] for s in servers):
+        gpus = sum(s["gpus"] for s in servers if s["worker_type"] == wt)
+        busy = sum(p["gpus"] for p in placed.values() if p["worker_type"] == wt)
+        wanted = sum(share.get(wt, 0.0) * sf.get(job, 1) for job, share in shares.items())
+        out.append({"worker_type": wt, "gpus": gpus, "busy": busy, "gavel_share": wanted,
+                    "utilization": busy / gpus if gpus else 0.0})
+    return out
+
+
+def _cell(row: dict, key: str, worker_types: list[str]) -> str:
+    v = row[key]
+    if key == "share":
+        text = "/".join(f"{v[t]:.2f}" for t in worker_types)
+        return text + ("*" if row["interim_share"] else "")
+    if key == "time":
+        return "/".join(_hours(v[t]) for t in worker_types)
+    if key == "priority":
+        return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def table(data: list[dict], worker_types: list[str], fmt: str) -> str:
+    keys = [k.strip().lower() for k in fmt.split(",") if k.strip()]
+    for k in keys:
+        if k not in COLUMNS:
+            raise InputError("-o", f"unknown column {k!r} (columns: {', '.join(COLUMNS)})")
+    header = [COLUMNS[k] + (f"({'/'.join(worker_types)})" if k in ("share", "time") else "")
+              for k in keys]
+    body = [[_cell(r, k, worker_types) for k in keys] for r in data]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header] + body]
+    return "\n".join(lines)
+
+
+def cluster_table(data: list[dict]) -> str:
+    header = ["TYPE", "GPUS", "BUSY", "GAVEL_SHARE", "UTIL"]
+    body = [[r["worker_type"], str(r["gpus"]), str(r["busy"]), f"{r['gavel_share']:.2f}",
+             f"{r['utilization']:.0%}"] for r in data]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
+                     for line in [header] + body)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
+    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    p.add_argument("-u", "--user", action="append", default=[], metavar="USER", help="only these users")
+    p.add_argument("-p", "--partition", action="append", default=[], metavar="TYPE",
+                   help="only jobs running on this GPU type")
+    p.add_argument("-j", "--jobs", action="append", default=[], metavar="ID[,ID]", help="only these jobs")
+    p.add_argument("-o", "--format", default=DEFAULT_FORMAT, metavar="COLS",
+                   help=f"columns (default: {DEFAULT_FORMAT})")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--cluster", action="store_true", help="per GPU type: GPUs, busy, share, utilization")
+
+
+def database_path(args) -> str:
+    if args.db:
+        return args.db
+    from . import config as config_mod
+    import os
+    path = args.config or (config_mod.DEFAULT_PATH if os.path.exists(config_mod.DEFAULT_PATH) else None)
+    return config_mod.load(path).database
+
+
+def run(args) -> int:
+    store = SqliteStore(database_path(args), readonly=True)
+    try:
+        if args.cluster:
+            data = cluster_rows(store)
+            print(json.dumps(data, indent=2) if args.json else cluster_table(data))
+            return 0
+        ids = [i for item in args.jobs for i in item.split(",") if i]
+        data, worker_types = rows(store, args.user, args.partition, ids)
+        if args.json:
+            print(json.dumps({"worker_types": worker_types, "jobs": data}, indent=2,
+                             default=lambda v: None))
+        else:
+            print(table(data, worker_types, args.format))
+        return 0
+    finally:
+        store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gqueue`: the same as `slurm-gavel queue`."""
+    parser = argparse.ArgumentParser(prog="gqueue", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except GavelError as e:
+        print(f"gqueue: error: {e}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["add_arguments", "cluster_rows", "main", "rows", "run", "table"]

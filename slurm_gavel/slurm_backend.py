@@ -1,0 +1,290 @@
+"""The Slurm cluster backend: what Slurm runs, read with one batched poll; round plans carried out.
+
+Reading: one `squeue --json` and one `scontrol show nodes --json` per poll
+(the daemon polls every tick, a few seconds, and at each round).  Gavel jobs
+are those whose AdminComment the job_submit plugin marked (``gavel:v1 ...``);
+every other job's GPUs are simply unavailable to the scheduler.  Between
+polls the backend credits each running gavel job with the time it ran on its
+partition's GPU type, so the ledger matches what Slurm ran to within a tick.
+
+Acting (`execute`):
+* keep: nothing at all (the lease is renewed; the job never notices);
+* preempt: `scancel --batch --signal=USR2` (configurable); the job saves a
+  checkpoint and exits with the requeue-hold code, and Slurm requeues it
+  held.  A job still running `grace_seconds` later is requeued held with
+  `scontrol requeuehold`;
+* start: for a held pending job, `scontrol update` partition, node list and
+  StartTime=now (a requeued job otherwise waits ~121 s), then
+  `scontrol release`.  A job that must move first has to stop: its start is
+  carried out on the first poll that finds it pending again.
+
+With `dry_run` nothing is changed in Slurm: every action is only logged.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .backend import Departure, JobState, Observation, Usage
+from .errors import GavelError, InputError
+from .flags import from_admin_comment
+from .mechanism import Assignment, RoundPlan, Server
+from .slurm_json import SlurmJob, SlurmNode, parse_jobs, parse_nodes
+from .slurmcli import Backoff, SlurmCLI, SlurmCommandError
+
+log = logging.getLogger("slurm_gavel.slurm")
+
+GAVEL_PREFIX = "gavel:"
+UNKNOWN_MODEL = "unknown"
+
+
+def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
+    """partition -> GPU type, for partitions whose nodes all hold GPUs of one type."""
+    types: dict[str, set] = {}
+    for n in nodes:
+        for p in n.partitions:
+            types.setdefault(p, set()).add(n.gpu_type)
+    return {p: next(iter(t)) for p, t in sorted(types.items()) if len(t) == 1 and None not in t}
+
+
+@dataclass
+class _Running:
+    worker_type: str
+    nodes: tuple[str, ...]
+    since: float                # credited up to here
+
+
+@dataclass
+class _Preempted:
+    at: float
+    escalated: bool = False
+
+
+class SlurmBackend:
+    """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
+
+    def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | None = None,
+                 signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
+                 dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None):
+        self.cli, self.clock = cli, clock
+        self.signal, self.signal_all_steps = signal, signal_all_steps
+        self.grace_seconds = grace_seconds
+        self.dry_run = dry_run
+        self.on_event = on_event or (lambda kind, job, detail: None)
+        self.backoff = Backoff()
+        self.last_error: str | None = None
+        self._nodes: list[SlurmNode] = []
+        self._jobs: dict[str, SlurmJob] = {}          # gavel jobs Slurm lists as active
+        self._bad_flags: dict[str, str] = {}
+        self._others_gpus: dict[str, int] = {}        # node -> GPUs held by non-gavel jobs
+        self._running: dict[str, _Running] = {}
+        self._usage: dict[tuple, float] = {}          # (job, type, nodes) -> seconds since observe
+        self._departures: list[Departure] = []
+        self._preempted: dict[str, _Preempted] = {}
+        self._deferred: dict[str, Assignment] = {}     # starts waiting for the job to stop
+        self._last_poll: float | None = None
+        self.poll()                                    # fail early: Slurm must answer once
+        self.partitions = dict(partitions) if partitions else discover_partitions(self._nodes)
+        if not self.partitions:
+            raise InputError("partitions", "no partition holds GPUs of a single type; set "
+                                           "[partitions] in the config (partition = \"gpu type\")")
+        self.worker_types = tuple(dict.fromkeys(self.partitions.values()))
+        self._partition_of = {wt: p for p, wt in self.partitions.items()}
+
+    # -- polling ---------------------------------------------------------------
+    def tick(self) -> None:
+        """Called by the daemon's clock between rounds: poll, escalate, carry out deferred starts."""
+        now = self.clock.now()
+        if not self.backoff.ready(now):
+            return
+        try:
+            self.poll()
+            self._escalate(now)
+            self._start_deferred()
+            self.backoff.succeeded()
+            self.last_error = None
+        except GavelError as e:
+            delay = self.backoff.failed(now)
+            self.last_error = str(e)
+            log.error("Slurm poll failed (next try in %.0f s): %s", delay, e)
+
+    def poll(self) -> None:
+        now = self.clock.now()
+        jobs = parse_jobs(self.cli.squeue())
+        self._nodes = parse_nodes(self.cli.nodes())
+        gavel: dict[str, SlurmJob] = {}
+        others: dict[str, int] = {}
+        for j in jobs:
+            if j.admin_comment.startswith(GAVEL_PREFIX):
+                if not j.finished:
+                    gavel[j.job_id] = j
+            elif j.running:
+                for n in j.nodes:
+                    others[n] = others.get(n, 0) + j.gpus
+        # credit running time since the last poll
+        for job_id, r in list(self._running.items()):
+            j = gavel.get(job_id)
+            still = j is not None and j.running and j.nodes == r.nodes
+            end = now
+            if not still:
+                finished = next((x for x in jobs if x.job_id == job_id), None)
+                if finished is not None and finished.end_time and r.since < finished.end_time < now:
+                    end = finished.end_time
+            self._credit(job_id, r, end)
+            if not still:
+                del self._running[job_id]
+        for job_id, j in gavel.items():
+            if j.running and job_id not in self._running:
+                wt = self.partitions_get(j.partition)
+                if wt is not None:
+                    # Started since the last poll: credit from its start.  Already
+                    # running at the first poll (a daemon restart): from now, since
+                    # the time before was credited by the previous run.
+                    recent = self._last_poll is not None and j.start_time and j.start_time >= self._last_poll
+                    start = min(j.start_time, now) if recent else now
+                    self._running[job_id] = _Running(wt, j.nodes, start)
+                    self._credit(job_id, self._running[job_id], now)
+            if not j.running and job_id in self._preempted:
+                del self._preempted[job_id]            # it stopped: checkpointed and requeued
+        for job_id, old in self._jobs.items():
+            if job_id not in gavel:
+                final = next((x for x in jobs if x.job_id == job_id), None)
+                state = "completed"
+                t = now
+                if final is not None:
+                    state = {"COMPLETED": "completed", "CANCELLED": "cancelled"}.get(
+                        final.primary_state, "failed")
+                    t = final.end_time or now
+                self._departures.append(Departure(job_id, t, state))
+                self._running.pop(job_id, None)
+                self._preempted.pop(job_id, None)
+                self._deferred.pop(job_id, None)
+                self.on_event(state, job_id, final.primary_state if final else "gone from squeue")
+        self._jobs = gavel
+        self._others_gpus = others
+        self._last_poll = now
+
+    def partitions_get(self, partition: str) -> str | None:
+        return self.partitions.get(partition) if hasattr(self, "partitions") else None
+
+    def _credit(self, job_id: str, r: _Running, until: float) -> None:
+        if until > r.since:
+            key = (job_id, r.worker_type, r.nodes)
+            self._usage[key] = self._usage.get(key, 0.0) + (until - r.since)
+            r.since = until
+
+    # -- backend interface --------------------------------------------------------
+    def observe(self) -> Observation:
+        self.poll()
+        now = self.clock.now()
+        states, bad = [], {}
+        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, int(kv[0]))):
+            if j.partition and self.partitions_get(j.partition) is None and j.running:
+                continue              # a gavel job someone placed outside the GPU partitions
+            try:
+                flags = from_admin_comment(j.admin_comment)
+            except InputError as e:
+                bad[job_id] = f"bad flags: {e.problem}"
+                continue
+            states.append(JobState(
+                id=job_id, job_type=flags.model or UNKNOWN_MODEL,
+                scale_factor=max(1, j.total_gpus), arrival_time=j.submit_time or now,
+                total_steps=float(flags.steps) if flags.steps else math.nan,
+                weight=flags.weight, entity=flags.entity or j.account,
+                slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account))
+        self._bad_flags = bad
+        servers = []
+        for n in self._nodes:
+            wt = next((self.partitions[p] for p in n.partitions if p in self.partitions), None)
+            if wt is None or not n.usable:
+                continue
+            free = n.gpus - self._others_gpus.get(n.name, 0)
+            if free > 0:
+                servers.append(Server(n.name, wt, free))
+        running = []
+        for job_id, r in sorted(self._running.items()):
+            j = self._jobs.get(job_id)
+            if j is None or job_id in self._preempted:
+                continue                      # stopping: not something the plan may keep
+            running.append(Assignment((job_id,), r.worker_type, tuple((n, j.gpus) for n in r.nodes)))
+        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus if job in self._jobs
+                                                          else 0) for n in nodes)), seconds)
+                      for (job, wt, nodes), seconds in sorted(self._usage.items()))
+        self._usage = {}
+        departures, self._departures = tuple(self._departures), []
+        return Observation(now, tuple(states), tuple(servers), {}, tuple(running), usage, departures)
+
+    @property
+    def bad_flags(self) -> dict[str, str]:
+        return dict(self._bad_flags)
+
+    def execute(self, plan: RoundPlan, round_end: float) -> None:
+        now = self.clock.now()
+        stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
+        if stop:
+            self._act(f"signal {self.signal}", stop,
+                      lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps))
+            for job in stop:
+                self._preempted[job] = _Preempted(now)
+        for a in plan.start:
+            job = a.jobs[0]
+            if len(a.jobs) > 1:
+                log.warning("round %d: space sharing is not supported on Slurm yet; %s not started",
+                            plan.round, "+".join(a.jobs))
+                continue
+            if len(a.servers) > 1:
+                log.warning("round %d: job %s would span %d nodes; Slurm jobs keep their node count, "
+                            "so it waits", plan.round, job, len(a.servers))
+                continue
+            self._deferred[job] = a
+        self._start_deferred()
+
+    # -- helpers ---------------------------------------------------------------------
+    def _start_deferred(self) -> None:
+        for job, a in list(self._deferred.items()):
+            j = self._jobs.get(job)
+            if j is None:
+                del self._deferred[job]
+                continue
+            if j.running or "COMPLETING" in j.state:
+                continue                      # still stopping; next poll
+            partition = self._partition_of[a.worker_type]
+            nodes = ",".join(a.nodes)
+
+            def start(job=job, partition=partition, nodes=nodes):
+                self.cli.update([job], Partition=partition, NodeList=nodes, StartTime="now")
+                self.cli.release([job])
+            self._act(f"start on {partition} {nodes}", [job], start)
+            del self._deferred[job]
+
+    def _escalate(self, now: float) -> None:
+        late = [job for job, p in self._preempted.items()
+                if not p.escalated and now - p.at >= self.grace_seconds
+                and job in self._jobs and self._jobs[job].running]
+        if late:
+            log.warning("jobs %s did not stop %.0f s after the signal: requeueing them held",
+                        ",".join(late), self.grace_seconds)
+            self._act("requeuehold", late, lambda: self.cli.requeue_hold(late))
+            for job in late:
+                self._preempted[job].escalated = True
+
+    def _act(self, what: str, jobs: list[str], action: Callable[[], None]) -> None:
+        for job in jobs:
+            self.on_event("dry_run" if self.dry_run else "action", job, what)
+        if self.dry_run:
+            log.info("dry run: would %s: %s", what, ",".join(jobs))
+            return
+        log.info("%s: %s", what, ",".join(jobs))
+        try:
+            action()
+        except SlurmCommandError as e:
+            # A job can finish between the poll and the action (scancel then
+            # says "Invalid job id"); the next poll shows what really happened.
+            log.error("%s failed for %s: %s", what, ",".join(jobs), e)
+            for job in jobs:
+                self.on_event("action_failed", job, f"{what}: {e}")
+
+
+__all__ = ["GAVEL_PREFIX", "SlurmBackend", "discover_partitions"]

@@ -1,0 +1,211 @@
+"""Reading Slurm's `--json` output, whatever the Slurm version.
+
+Slurm's JSON changes between releases: in 22.05 (OpenAPI v0.0.38) a job's
+`job_state` is a string and times are plain integers; from 23.x on states
+are lists of flags and numbers are objects like
+``{"set": true, "infinite": false, "number": 1700000000}``; the GPU request
+is ``gres:gpu:2`` in one and ``gres/gpu:2`` in another.  This module turns
+any of those into plain `SlurmJob` / `SlurmNode` values and never raises on
+an unknown or missing field (a missing field reads as "unknown").
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+# Job states in which a job holds or may soon hold resources.
+ACTIVE_STATES = {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUED",
+                 "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "SPECIAL_EXIT"}
+FINISHED_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"}
+
+
+def number(value: Any, default: float | None = None) -> float | None:
+    """A plain number, or one of 23.x+'s {"set", "infinite", "number"} objects."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, dict):
+        if value.get("infinite"):
+            return float("inf")
+        if value.get("set") is False:
+            return default
+        return number(value.get("number"), default)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return default
+    return default
+
+
+def states(value: Any) -> tuple[str, ...]:
+    """A state as a tuple of upper-case flags: "RUNNING" -> ("RUNNING",); ["IDLE", "DRAIN"] as is."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(p for p in re.split(r"[+ ,]", value.upper()) if p)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v).upper() for v in value)
+    return ()
+
+
+def text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+_GPU_REQUEST = re.compile(r"(?:^|,)(?:gres[:/])?gpu(?::([A-Za-z0-9_.\-]+))?[:=](\d+)")
+
+
+def gpu_request(*fields: Any) -> tuple[str | None, int]:
+    """(type or None, count) from tres_per_node / gres strings such as gres:gpu:v100:2, gres/gpu=2."""
+    for f in fields:
+        s = text(f)
+        if not s:
+            continue
+        m = _GPU_REQUEST.search(s)
+        if m:
+            return m.group(1), int(m.group(2))
+    return None, 0
+
+
+def expand_hostlist(value: str) -> list[str]:
+    """'v100-[0-1],k80-3' -> ['v100-0', 'v100-1', 'k80-3'] (Slurm's bracket ranges)."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", value or ""):
+        m = re.match(r"^(.*?)\[([^\]]*)\](.*)$", part)
+        if not m:
+            if part:
+                out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            if "-" in r:
+                lo, hi = r.split("-", 1)
+                width = len(lo)
+                for i in range(int(lo), int(hi) + 1):
+                    out.append(f"{prefix}{str(i).zfill(width)}{suffix}")
+            elif r:
+                out.append(f"{prefix}{r}{suffix}")
+    return out
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: str
+    name: str
+    user: str
+    account: str
+    partition: str
+    state: tuple[str, ...]
+    reason: str
+    nodes: tuple[str, ...]
+    comment: str
+    admin_comment: str
+    gpu_type: str | None
+    gpus: int                 # GPUs per node requested
+    node_count: int
+    restarts: int
+    submit_time: float | None
+    start_time: float | None
+    end_time: float | None
+    exit_code: int | None
+
+    @property
+    def primary_state(self) -> str:
+        return self.state[0] if self.state else "UNKNOWN"
+
+    @property
+    def running(self) -> bool:
+        return "RUNNING" in self.state or "COMPLETING" in self.state and bool(self.nodes)
+
+    @property
+    def finished(self) -> bool:
+        return bool(FINISHED_STATES.intersection(self.state)) and "REQUEUED" not in self.state \
+            and "COMPLETING" not in self.state
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * max(1, self.node_count)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    state: tuple[str, ...]
+    partitions: tuple[str, ...]
+    gpu_type: str | None
+    gpus: int
+
+    @property
+    def usable(self) -> bool:
+        bad = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "INVALID", "NOT_RESPONDING",
+               "POWERED_DOWN", "POWERING_DOWN", "FUTURE", "MAINTENANCE", "REBOOT_REQUESTED"}
+        flags = set(self.state)
+        return bool(flags) and not (flags & bad) and not any(f.endswith("*") for f in self.state)
+
+
+def _exit_code(value: Any) -> int | None:
+    if isinstance(value, dict):           # 23.x+: {"status": [...], "return_code": {...}}
+        return number(value.get("return_code"), None) if "return_code" in value else None
+    n = number(value, None)
+    return None if n is None else int(n)
+
+
+def parse_jobs(data: dict) -> list[SlurmJob]:
+    jobs = []
+    for j in data.get("jobs") or []:
+        if not isinstance(j, dict):
+            continue
+        gpu_type, gpus = gpu_request(j.get("tres_per_node"), j.get("gres_detail"),
+                                     j.get("tres_per_job"), j.get("tres_req_str"))
+        start = number(j.get("start_time"))
+        end = number(j.get("end_time"))
+        jobs.append(SlurmJob(
+            job_id=text(number(j.get("job_id"), j.get("job_id"))).split(".")[0],
+            name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
+            account=text(j.get("account")), partition=text(j.get("partition")),
+            state=states(j.get("job_state")), reason=text(j.get("state_reason")),
+            nodes=tuple(expand_hostlist(text(j.get("nodes")))), comment=text(j.get("comment")),
+            admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
+            node_count=int(number(j.get("node_count"), 1) or 1),
+            restarts=int(number(j.get("restart_cnt"), 0) or 0),
+            submit_time=number(j.get("submit_time")), start_time=start or None,
+            end_time=end or None, exit_code=_exit_code(j.get("exit_code"))))
+    return jobs
+
+
+def _node_gres(value: Any) -> tuple[str | None, int]:
+    """'gpu:v100:4(S:0)' or 'gpu:v100:4,other:1' -> ('v100', 4)."""
+    for part in text(value).split(","):
+        m = re.match(r"^gpu(?::([A-Za-z0-9_.\-]+))?:(\d+)", part.strip())
+        if m:
+            return m.group(1), int(m.group(2))
+    return None, 0
+
+
+def parse_nodes(data: dict) -> list[SlurmNode]:
+    nodes = []
+    for n in data.get("nodes") or []:
+        if not isinstance(n, dict):
+            continue
+        gpu_type, gpus = _node_gres(n.get("gres"))
+        parts = n.get("partitions") or []
+        if isinstance(parts, str):
+            parts = [p for p in parts.split(",") if p]
+        nodes.append(SlurmNode(name=text(n.get("name") or n.get("hostname")),
+                               state=states(n.get("state")) + states(n.get("state_flags")),
+                               partitions=tuple(parts), gpu_type=gpu_type, gpus=gpus))
+    return nodes
+
+
+def slurm_release(data: dict) -> str:
+    meta = (data.get("meta") or {})
+    slurm = meta.get("Slurm") or meta.get("slurm") or {}
+    return text(slurm.get("release"))
+
+
+__all__ = ["ACTIVE_STATES", "FINISHED_STATES", "SlurmJob", "SlurmNode", "expand_hostlist",
+           "gpu_request", "number", "parse_jobs", "parse_nodes", "slurm_release", "states"]

@@ -1,0 +1,185 @@
+"""Every call to Slurm's command-line tools goes through here.
+
+Argument lists only (never a shell), a timeout on each call, and an error
+that names the command and carries Slurm's stderr.  Job ids and the names
+we pass (partitions, nodes, signals) are checked before they reach an
+argument, so that a value can never turn into a second `key=value`.
+This is the one narrow interface to Slurm: a pyslurm implementation of the
+same methods can replace it where a site's pyslurm matches its Slurm.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from .errors import GavelError, InputError
+
+log = logging.getLogger("slurm_gavel.slurm")
+
+_JOB_ID = re.compile(r"^[0-9]+$")
+_NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
+
+
+class SlurmCommandError(GavelError):
+    """A Slurm command failed: which one, its exit code, what it said."""
+
+    def __init__(self, args: Sequence[str], returncode: int | None, stderr: str):
+        self.command = list(args)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        what = "timed out" if returncode is None else f"exited {returncode}"
+        detail = f": {self.stderr.splitlines()[-1]}" if self.stderr else ""
+        super().__init__(f"`{' '.join(self.command)}` {what}{detail}")
+
+
+def job_ids(ids: Iterable[str]) -> list[str]:
+    out = [str(i) for i in ids]
+    for i in out:
+        if not _JOB_ID.match(i):
+            raise InputError("job id", f"not a Slurm job id: {i!r}")
+    return out
+
+
+def name(value: str, what: str) -> str:
+    if not _NAME.match(value or ""):
+        raise InputError(what, f"unexpected characters in {value!r}")
+    return value
+
+
+@dataclass
+class SlurmCLI:
+    """Runs Slurm's tools with `env` (e.g. SLURM_CONF) from `bin_dir` (default: PATH)."""
+
+    env: Mapping[str, str] | None = None
+    bin_dir: str | None = None
+    timeout: float = 30.0
+    calls: int = field(default=0, repr=False)
+    _nodes_command: list | None = field(default=None, repr=False)
+
+    def _exe(self, tool: str) -> str:
+        return os.path.join(self.bin_dir, tool) if self.bin_dir else tool
+
+    def run(self, args: Sequence[str], check: bool = True, timeout: float | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        argv = [self._exe(args[0]), *args[1:]]
+        env = dict(os.environ, **self.env) if self.env else None
+        self.calls += 1
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, input=input,
+                                  timeout=timeout or self.timeout, check=False)
+        except subprocess.TimeoutExpired as e:
+            raise SlurmCommandError(args, None, (e.stderr or b"").decode() if isinstance(e.stderr, bytes)
+                                    else (e.stderr or "")) from None
+        except FileNotFoundError:
+            raise SlurmCommandError(args, 127, f"{argv[0]}: command not found (is Slurm installed "
+                                               f"and on PATH?)") from None
+        if check and done.returncode != 0:
+            raise SlurmCommandError(args, done.returncode, done.stderr)
+        return done
+
+    def json(self, args: Sequence[str]) -> dict:
+        out = self.run(args).stdout
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as e:
+            raise SlurmCommandError(args, 0, f"output is not JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(data, dict):
+            raise SlurmCommandError(args, 0, "output is not a JSON object")
+        errors = [e for e in data.get("errors") or [] if e]
+        if errors:
+            raise SlurmCommandError(args, 0, f"reported errors: {errors}")
+        return data
+
+    # -- reading ------------------------------------------------------------------
+    def squeue(self) -> dict:
+        """Every job Slurm still lists, one call (pending, running, recently finished)."""
+        return self.json(["squeue", "--all", "--states=all", "--json"])
+
+    def nodes(self) -> dict:
+        """Every node with its state, partitions and GRES: {"nodes": [...]}.
+
+        `scontrol show nodes --json` from 23.02 on; 22.05's scontrol has no
+        --json, but its `sinfo --json` lists the same nodes.
+        """
+        if self._nodes_command is None:
+            self._nodes_command = (["scontrol", "show", "nodes", "--json"] if self.version() >= (23, 2)
+                                   else ["sinfo", "--json"])
+        return self.json(self._nodes_command)
+
+    def partitions(self) -> dict:
+        return self.json(["scontrol", "show", "partitions", "--json"])
+
+    def version(self) -> tuple[int, ...]:
+        text = self.run(["sinfo", "--version"]).stdout.strip()      # "slurm 22.05.8"
+        match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+        if not match:
+            raise SlurmCommandError(["sinfo", "--version"], 0, f"cannot read a version from {text!r}")
+        return tuple(int(p) for p in match.groups() if p is not None)
+
+    # -- acting -------------------------------------------------------------------
+    def update(self, ids: Iterable[str], **fields: str) -> None:
+        """`scontrol update jobid=1,2 Key=value ...` for several jobs at once."""
+        ids = job_ids(ids)
+        if not ids:
+            return
+        pairs = []
+        for key, value in fields.items():
+            if not re.match(r"^[A-Za-z]+$", key):
+                raise InputError("scontrol update", f"bad field name {key!r}")
+            pairs.append(f"{key}={name(str(value), key)}")
+        self.run(["scontrol", "update", f"jobid={','.join(ids)}", *pairs])
+
+    def release(self, ids: Iterable[str]) -> None:
+        ids = job_ids(ids)
+        if ids:
+            self.run(["scontrol", "release", ",".join(ids)])
+
+    def hold(self, ids: Iterable[str]) -> None:
+        ids = job_ids(ids)
+        if ids:
+            self.run(["scontrol", "hold", ",".join(ids)])
+
+    def signal(self, ids: Iterable[str], signal: str, full: bool = False) -> None:
+        """Signal the batch shell (or, with `full`, every step too) of each job."""
+        ids = job_ids(ids)
+        if signal not in SIGNALS:
+            raise InputError("signal", f"{signal!r} is not one of {', '.join(SIGNALS)}")
+        if ids:
+            self.run(["scancel", "--full" if full else "--batch", f"--signal={signal}", *ids])
+
+    def requeue_hold(self, ids: Iterable[str]) -> None:
+        ids = job_ids(ids)
+        if ids:
+            self.run(["scontrol", "requeuehold", ",".join(ids)])
+
+
+class Backoff:
+    """Delay before the next try after consecutive failures: doubling, capped."""
+
+    def __init__(self, first: float = 1.0, cap: float = 60.0):
+        self.first, self.cap = first, cap
+        self.failures = 0
+        self.next_try = 0.0
+
+    def ready(self, now: float) -> bool:
+        return now >= self.next_try
+
+    def failed(self, now: float) -> float:
+        self.failures += 1
+        delay = min(self.cap, self.first * 2 ** (self.failures - 1))
+        self.next_try = now + delay
+        return delay
+
+    def succeeded(self):
+        self.failures = 0
+        self.next_try = 0.0
+
+
+__all__ = ["Backoff", "SIGNALS", "SlurmCLI", "SlurmCommandError", "job_ids", "name"]

@@ -1,0 +1,48 @@
+"""Shared fixtures.
+
+`slurm_cluster`: one real local Slurm cluster (slurm_gavel.devcluster) for the whole
+session: 3 GPU types x 2 nodes x 4 fake GPUs, the repository's job_submit.lua when
+present, random free ports.  Skipped where Slurm is missing or we are not root,
+except under CI (the CI variable set), where that is a failure: CI must run them.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from slurm_gavel.devcluster import (
+    DEFAULT_TYPES,
+    DevCluster,
+    default_job_submit_lua,
+    node_list,
+    pick_ports,
+    unavailable_reason,
+)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_slurm():
+    """Skip (fail under CI) when a local Slurm cluster cannot run here."""
+    reason = unavailable_reason()
+    if reason:
+        if in_ci():
+            pytest.fail(f"CI must run the Slurm tests, but: {reason}", pytrace=False)
+        pytest.skip(f"needs a local Slurm cluster: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    require_slurm()
+    # Random free ports in 20000-30000: never the defaults of `slurm-gavel cluster up`.
+    ctld_port, slurmd_port = pick_ports(len(node_list(DEFAULT_TYPES)))
+    cluster = DevCluster(tmp_path_factory.mktemp("slurm"), DEFAULT_TYPES, ctld_port=ctld_port,
+                         slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua())
+    cluster.up()          # cleans up after itself when it fails
+    try:
+        yield cluster
+    finally:
+        cluster.down()

@@ -1,0 +1,196 @@
+"""The daemon on a real local Slurm cluster: jobs start, are preempted, move, resume and finish.
+
+Jobs are plain bash scripts that honour the preemption signal the way the
+iterator will: on USR2 they save their step and exit with the requeue-hold
+code.  Each run segment is logged by the job itself (partition, start and
+end time), which is what Slurm really ran; the daemon's SQLite ledger must
+agree with it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_gavel.sqlite_store import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY_TABLE = ROOT / "examples" / "toy_throughputs.json"
+TICK = 2.0
+
+JOB = r"""#!/bin/bash
+#SBATCH --requeue
+#SBATCH --open-mode=append
+# A preemptible job: one step per second, its step saved after each, and on
+# USR2 a checkpoint and exit 85 (RequeueExitHold), so Slurm requeues it held.
+stop=0
+trap 'stop=1' USR2
+dir="$JOBDIR"
+state="$dir/$SLURM_JOB_ID.step"
+step=$(cat "$state" 2>/dev/null || echo 0)
+begin=$(date +%s.%N)
+echo "start restart=${SLURM_RESTART_COUNT:-0} step=$step partition=$SLURM_JOB_PARTITION"
+while [ "$step" -lt "$TOTAL" ]; do
+  sleep 1
+  step=$((step + 1))
+  echo "$step" > "$state.tmp" && mv "$state.tmp" "$state"
+  if [ "$stop" = 1 ]; then
+    echo "segment $SLURM_JOB_PARTITION $begin $(date +%s.%N)" >> "$dir/$SLURM_JOB_ID.segments"
+    echo "checkpoint at $step"
+    exit 85
+  fi
+done
+echo "segment $SLURM_JOB_PARTITION $begin $(date +%s.%N)" >> "$dir/$SLURM_JOB_ID.segments"
+echo "done at $step"
+"""
+
+MODELS = ("convnet", "rl-agent", "translation", "language-model")
+
+
+def write_config(tmp: Path, cluster, **extra) -> Path:
+    settings = {"slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
+                "round_seconds": 15, "tick_seconds": TICK, "grace_seconds": 10,
+                "throughputs": str(TOY_TABLE)}
+    settings.update(extra)
+    lines = []
+    for key, value in settings.items():
+        lines.append(f"{key} = {value!r}".replace("'", '"') if isinstance(value, str)
+                     else f"{key} = {str(value).lower() if isinstance(value, bool) else value}")
+    path = tmp / "gavel.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def submit(cluster, tmp: Path, model: str, gpus: int, steps: int, extra=()) -> str:
+    script = tmp / "job.sh"
+    if not script.exists():
+        script.write_text(JOB)
+    out = cluster.run(["sbatch", "--parsable", f"--export=ALL,TOTAL={steps},JOBDIR={tmp}",
+                       "-o", str(tmp / "out-%j.txt"), "--comment", f"gavel model={model} steps={steps}",
+                       f"--gres=gpu:{gpus}", *extra, str(script)]).stdout
+    return out.strip().split(";")[0]
+
+
+def queue(cluster) -> dict[str, str]:
+    out = cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def start_daemon(config: Path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def stop_daemon(proc: subprocess.Popen) -> tuple[int, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return proc.returncode, out
+
+
+@pytest.fixture
+def clean(slurm_cluster):
+    slurm_cluster.run(["scancel", "--user", "root"], check=False)
+    yield slurm_cluster
+    slurm_cluster.run(["scancel", "--user", "root"], check=False)
+
+
+def segments(tmp: Path, job: str) -> list[tuple[str, float]]:
+    path = tmp / f"{job}.segments"
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        _, partition, begin, end = line.split()
+        out.append((partition, float(end) - float(begin)))
+    return out
+
+
+def test_jobs_are_preempted_moved_resumed_and_all_complete(clean, tmp_path):
+    cluster = clean
+    config = write_config(tmp_path, cluster)
+    jobs = {}
+    for i in range(16):      # 32 GPUs asked of 24: they must take turns
+        model, steps = MODELS[i % 4], 30 + (i % 3) * 5
+        jobs[submit(cluster, tmp_path, model, 2, steps)] = steps
+    daemon = start_daemon(config)
+    try:
+        deadline = time.time() + 420
+        seen_gqueue = False
+        while time.time() < deadline:
+            left = {j: s for j, s in queue(cluster).items() if j in jobs and s != "COMPLETED"}
+            if not left:
+                break
+            if not seen_gqueue and (tmp_path / "gavel.db").exists():
+                shown = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db",
+                                        str(tmp_path / "gavel.db")], capture_output=True, text=True)
+                if shown.returncode == 0 and "REASON" in shown.stdout and len(shown.stdout.splitlines()) > 1:
+                    seen_gqueue = True
+            assert daemon.poll() is None, daemon.communicate()[0][-3000:]
+            time.sleep(3)
+        else:
+            pytest.fail(f"jobs still queued after 420 s: {left}")
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    assert seen_gqueue, "gqueue never showed the jobs while the daemon ran"
+
+    moved = restarted = 0
+    store = SqliteStore(tmp_path / "gavel.db", readonly=True)
+    ledger = store.job_time()
+    for job, steps in jobs.items():
+        out = (tmp_path / f"out-{job}.txt").read_text()
+        assert f"done at {steps}" in out, out                   # exactly its steps, no more
+        starts = [line for line in out.splitlines() if line.startswith("start")]
+        restarts = [int(line.split("restart=")[1].split()[0]) for line in starts]
+        assert restarts == list(range(len(starts))), out        # SLURM_RESTART_COUNT rises
+        restarted += len(starts) > 1
+        parts = {line.split("partition=")[1] for line in starts}
+        moved += len(parts) > 1
+        # resumed from the checkpoint: each start begins where the last one stopped
+        begun = [int(line.split("step=")[1].split()[0]) for line in starts]
+        assert begun == sorted(begun) and begun[0] == 0
+        # the ledger agrees with what Slurm ran, to within a tick per run segment
+        ran: dict[str, float] = {}
+        for partition, seconds in segments(tmp_path, job):
+            ran[partition] = ran.get(partition, 0.0) + seconds
+        n = len(segments(tmp_path, job))
+        for partition, seconds in ran.items():
+            recorded = ledger.get(job, {}).get(partition, 0.0)
+            assert abs(recorded - seconds) <= n * (TICK + 1.5), (job, partition, recorded, seconds)
+    assert restarted >= 2, "no job was preempted and resumed"
+    assert moved >= 1, "no job moved between GPU types"
+    done = {r["id"] for r in store.jobs(states=("completed",))}
+    assert set(jobs) <= done
+
+
+def test_dry_run_decides_but_changes_nothing(clean, tmp_path):
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+    job = submit(cluster, tmp_path, "convnet", 1, 5)
+    daemon = start_daemon(config, "--dry-run", "--max-rounds", "2")
+    code, log = stop_daemon(daemon) if daemon.wait(timeout=60) is None else (daemon.returncode,
+                                                                             daemon.stdout.read())
+    assert code == 0, log
+    assert "DRY RUN" in log and "would start" in log
+    state = cluster.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.split()
+    assert state[0] == "PENDING" and "JobHeld" in state[1]       # never released
+    store = SqliteStore(tmp_path / "gavel.db", readonly=True)
+    kinds = {r[0] for r in store.db.execute("select kind from events where job = ?", [job])}
+    assert "dry_run" in kinds and "action" not in kinds
+
+
+def test_a_bad_config_is_refused_with_one_line(tmp_path):
+    bad = tmp_path / "gavel.toml"
+    bad.write_text('policy = "fastest_first"\n')
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(bad)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "policy" in done.stderr and len(done.stderr.strip().splitlines()) == 1

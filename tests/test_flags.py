@@ -1,0 +1,508 @@
+"""The gavel flag grammar: slurm_gavel/flags.py, and the same cases through job_submit.lua.
+
+Both implementations must accept and reject the same comments with the same
+messages and write the same admin comment. The Lua side runs the real plugin
+file under a standalone interpreter with a fake `slurm` table
+(tests/lua/driver.lua); without an interpreter those tests skip, except under
+CI (env CI set) where they fail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_gavel.errors import InputError
+from slurm_gavel.flags import (MAX_SLO_SECONDS, MAX_STEPS, UNIT_SECONDS, FlagError, GavelFlags,
+                               from_admin_comment, is_admin_comment, is_gavel_comment,
+                               parse_comment, to_admin_comment, with_entity)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "slurm_conf" / "job_submit.lua"
+DRIVER = ROOT / "tests" / "lua" / "driver.lua"
+
+UNIT = "(s, m, h or d)"
+KNOWN = "(known keys: model, weight, entity, slo, steps)"
+
+
+def err(item, problem):
+    return f"gavel flags: {item}: {problem}"
+
+
+LONG_E = "model=x" + "é" * 40          # 87 bytes: shortened in messages, on a char boundary
+LONG_E_SHOWN = ("model=x" + "é" * 40).encode()[:63].decode() + "..."   # 7 + 28*2 = 63 bytes
+
+# (comment, account, expected): expected is the admin comment of an accepted job,
+# the user's message for a rejected one, or None for a comment that is not gavel's.
+CASES = [
+    # valid
+    ("gavel", "acct", "gavel:v1 weight=1 entity=acct"),
+    ("gavel", None, "gavel:v1 weight=1"),
+    ("gavel ", None, "gavel:v1 weight=1"),
+    ("gavel model=resnet50 weight=2 slo=36h steps=100000", "acct",
+     "gavel:v1 model=resnet50 weight=2 entity=acct slo=129600 steps=100000"),
+    ("gavel model=resnet50 weight=2 slo=36h steps=100000", None,
+     "gavel:v1 model=resnet50 weight=2 slo=129600 steps=100000"),
+    ("gavel   steps=100000\tslo=90m  weight=0.5 model=ResNet-50_v1.5+x entity=physics ", "acct",
+     "gavel:v1 model=ResNet-50_v1.5+x weight=0.5 entity=physics slo=5400 steps=100000"),
+    ("gavel\nmodel=transformer\r\n", "a", "gavel:v1 model=transformer weight=1 entity=a"),
+    ("gavel\tmodel=unknown.to.any.table", None, "gavel:v1 model=unknown.to.any.table weight=1"),
+    ("gavel slo=1.5d", None, "gavel:v1 weight=1 slo=129600"),
+    ("gavel slo=45s", None, "gavel:v1 weight=1 slo=45"),
+    ("gavel slo=.5h", None, "gavel:v1 weight=1 slo=1800"),
+    ("gavel slo=5.h", None, "gavel:v1 weight=1 slo=18000"),
+    ("gavel slo=007m", None, "gavel:v1 weight=1 slo=420"),
+    ("gavel slo=0.5s", None, "gavel:v1 weight=1 slo=1"),          # rounds half up
+    ("gavel slo=2.5s", None, "gavel:v1 weight=1 slo=3"),          # half up, not to even
+    ("gavel slo=1.000001h", None, "gavel:v1 weight=1 slo=3600"),  # 0.0036 s rounds away
+    ("gavel slo=365d", None, f"gavel:v1 weight=1 slo={MAX_SLO_SECONDS}"),
+    ("gavel slo=8760.000001h", None, f"gavel:v1 weight=1 slo={MAX_SLO_SECONDS}"),
+    ("gavel weight=0.000001", None, "gavel:v1 weight=0.000001"),
+    ("gavel weight=1000000", None, "gavel:v1 weight=1000000"),
+    ("gavel weight=2.50", None, "gavel:v1 weight=2.5"),
+    ("gavel weight=.5", None, "gavel:v1 weight=0.5"),
+    ("gavel weight=007", None, "gavel:v1 weight=7"),
+    ("gavel weight=0.1", None, "gavel:v1 weight=0.1"),
+    ("gavel weight=123456.654321", None, "gavel:v1 weight=123456.654321"),
+    ("gavel steps=1", None, "gavel:v1 weight=1 steps=1"),
+    ("gavel steps=0001", None, "gavel:v1 weight=1 steps=1"),
+    ("gavel steps=1000000000000000", None, f"gavel:v1 weight=1 steps={MAX_STEPS}"),
+    ("gavel model=" + "m" * 64, None, "gavel:v1 model=" + "m" * 64 + " weight=1"),
+    ("gavel entity=" + "e" * 64, "acct", "gavel:v1 weight=1 entity=" + "e" * 64),
+    ("gavel entity=team.a_b-c", "acct", "gavel:v1 weight=1 entity=team.a_b-c"),
+    ("gavel", "bad account!", "gavel:v1 weight=1"),              # account the grammar can't carry
+    ("gavel", "a" * 65, "gavel:v1 weight=1"),
+    # not key=value
+    ("gavel resnet50", None, err("resnet50", "expected key=value, e.g. model=resnet50")),
+    ("gavel model=a b", None, err("b", "expected key=value, e.g. model=resnet50")),
+    ("gavel weight=2 gavel", None, err("gavel", "expected key=value, e.g. model=resnet50")),
+    ("gavel =5", None, err("=5", "missing the key before '='")),
+    ("gavel =", None, err("=", "missing the key before '='")),
+    # unknown and duplicate keys
+    ("gavel foo=1", None, err("foo=1", f"unknown key foo {KNOWN}")),
+    ("gavel Model=x", None, err("Model=x", f"unknown key Model {KNOWN}")),
+    ("gavel foo=1 slo=36", None, err("foo=1", f"unknown key foo {KNOWN}")),   # first one wins
+    ("gavel weight=1 weight=2", None, err("weight=2", "weight is given twice")),
+    ("gavel slo=1h model=x slo=1h", None, err("slo=1h", "slo is given twice")),
+    # empty values
+    ("gavel model=", None, err("model=", "empty value, e.g. model=resnet50")),
+    ("gavel weight=", None, err("weight=", "empty value, e.g. weight=2")),
+    ("gavel entity=", None, err("entity=", "empty value, e.g. entity=physics")),
+    ("gavel slo=", None, err("slo=", "empty value, e.g. slo=36h")),
+    ("gavel steps=", None, err("steps=", "empty value, e.g. steps=100000")),
+    # model / entity
+    ("gavel model=a=b", None, err("model=a=b", "may use only letters, digits and . _ + -")),
+    ("gavel model=a%sb", None, err("model=a%sb", "may use only letters, digits and . _ + -")),
+    ("gavel model=résnet", None, err("model=résnet", "may use only letters, digits and . _ + -")),
+    ("gavel model=x\u2003weight=2", None,
+     err("model=x\u2003weight=2", "may use only letters, digits and . _ + -")),
+    ("gavel model=" + "m" * 65, None,
+     err("model=" + "m" * 65, "longer than 64 characters")),
+    ("gavel " + LONG_E, None, err(LONG_E_SHOWN, "may use only letters, digits and . _ + -")),
+    ("gavel entity=a+b", None, err("entity=a+b", "may use only letters, digits and . _ -")),
+    ("gavel entity=" + "e" * 65, None, err("entity=" + "e" * 65, "longer than 64 characters")),
+    # weight
+    ("gavel weight=0", None, err("weight=0", "must be greater than 0")),
+    ("gavel weight=0.000000", None, err("weight=0.000000", "must be greater than 0")),
+    ("gavel weight=-1", None, err("weight=-1", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=abc", None, err("weight=abc", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=1e3", None, err("weight=1e3", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=inf", None, err("weight=inf", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=nan", None, err("weight=nan", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=0x10", None, err("weight=0x10", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=.", None, err("weight=.", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=1.2.3", None, err("weight=1.2.3", "must be a number, e.g. weight=2 or weight=0.5")),
+    ("gavel weight=0.0000001", None, err("weight=0.0000001", "at most 6 digits after the decimal point")),
+    ("gavel weight=1000000.000001", None, err("weight=1000000.000001", "must be at most 1000000")),
+    ("gavel weight=" + "9" * 40, None, err("weight=" + "9" * 40, "must be at most 1000000")),
+    # slo
+    ("gavel slo=36", None, err("slo=36", f"needs a unit {UNIT}, e.g. slo=36h")),
+    ("gavel slo=1.5", None, err("slo=1.5", f"needs a unit {UNIT}, e.g. slo=36h")),
+    ("gavel slo=36H", None, err("slo=36H", f"unknown unit H (use s, m, h or d), e.g. slo=36h")),
+    ("gavel slo=36hours", None, err("slo=36hours", "unknown unit hours (use s, m, h or d), e.g. slo=36h")),
+    ("gavel slo=1e3s", None, err("slo=1e3s", "unknown unit e3s (use s, m, h or d), e.g. slo=36h")),
+    ("gavel slo=h", None, err("slo=h", f"must be a number with a unit {UNIT}, e.g. slo=36h")),
+    ("gavel slo=-1h", None, err("slo=-1h", f"must be a number with a unit {UNIT}, e.g. slo=36h")),
+    ("gavel slo=1.2.3h", None, err("slo=1.2.3h", f"must be a number with a unit {UNIT}, e.g. slo=36h")),
+    ("gavel slo=.h", None, err("slo=.h", f"must be a number with a unit {UNIT}, e.g. slo=36h")),
+    ("gavel slo=0h", None, err("slo=0h", "must be greater than 0")),
+    ("gavel slo=0.000s", None, err("slo=0.000s", "must be greater than 0")),
+    ("gavel slo=0.4s", None, err("slo=0.4s", "must be at least 1s")),
+    ("gavel slo=0.000001d", None, err("slo=0.000001d", "must be at least 1s")),
+    ("gavel slo=1.0000001h", None, err("slo=1.0000001h", "at most 6 digits after the decimal point")),
+    ("gavel slo=366d", None, err("slo=366d", "must be at most 365d")),
+    ("gavel slo=8760.0002h", None, err("slo=8760.0002h", "must be at most 365d")),
+    ("gavel slo=31536001s", None, err("slo=31536001s", "must be at most 365d")),
+    ("gavel slo=99999999999d", None, err("slo=99999999999d", "must be at most 365d")),
+    # steps
+    ("gavel steps=0", None, err("steps=0", "must be at least 1")),
+    ("gavel steps=000", None, err("steps=000", "must be at least 1")),
+    ("gavel steps=1.5", None, err("steps=1.5", "must be a whole number, e.g. steps=100000")),
+    ("gavel steps=1e5", None, err("steps=1e5", "must be a whole number, e.g. steps=100000")),
+    ("gavel steps=-1", None, err("steps=-1", "must be a whole number, e.g. steps=100000")),
+    ("gavel steps=1000000000000001", None, err("steps=1000000000000001", f"must be at most {MAX_STEPS}")),
+    ("gavel steps=" + "9" * 30, None, err("steps=" + "9" * 30, f"must be at most {MAX_STEPS}")),
+    # not gavel comments: left alone
+    ("gavelx model=1", None, None),
+    ("Gavel model=x", None, None),
+    ("GAVEL", None, None),
+    (" gavel model=x", None, None),
+    ("", None, None),
+    ("my job", None, None),
+    ("gavel\u00a0model=x", None, None),   # no-break space is not ASCII whitespace
+    ("gavel=1", None, None),
+    ("gavel:v1 weight=1", None, None),
+]
+
+
+def python_result(comment, account):
+    """What flags.py makes of a comment: admin comment, message, or None."""
+    if not is_gavel_comment(comment):
+        return None
+    try:
+        return to_admin_comment(parse_comment(comment, account))
+    except FlagError as e:
+        return str(e)
+
+
+# -- flags.py ------------------------------------------------------------------
+@pytest.mark.parametrize("comment,account,expected", CASES)
+def test_python_parser(comment, account, expected):
+    assert python_result(comment, account) == expected
+    if expected is not None and expected.startswith("gavel:v1"):
+        flags = parse_comment(comment, account)
+        assert from_admin_comment(expected) == flags
+        assert is_admin_comment(expected)
+
+
+def test_message_names_flag_and_reason_on_one_line():
+    with pytest.raises(InputError) as caught:
+        parse_comment("gavel model=resnet50 slo=36")
+    e = caught.value
+    assert isinstance(e, FlagError)
+    assert str(e) == "gavel flags: slo=36: needs a unit (s, m, h or d), e.g. slo=36h"
+    assert e.field == "slo=36"
+    assert e.problem == "needs a unit (s, m, h or d), e.g. slo=36h"
+    for _, _, expected in CASES:
+        assert expected is None or "\n" not in expected
+
+
+def test_flag_error_survives_pickling():
+    import pickle
+    e = pickle.loads(pickle.dumps(FlagError("slo=36", "why")))
+    assert str(e) == "gavel flags: slo=36: why" and e.field == "slo=36"
+
+
+def test_defaults_and_fields():
+    f = parse_comment("gavel")
+    assert f == GavelFlags() and f.model is None and f.weight == 1.0
+    assert f.entity is None and f.slo_seconds is None and f.steps is None
+    f = parse_comment("gavel model=resnet50 weight=2 slo=36h steps=100000", "acct")
+    assert f == GavelFlags("resnet50", 2.0, "acct", 129600, 100000)
+    assert parse_comment("gavel entity=mine", "acct").entity == "mine"
+    assert with_entity(GavelFlags(), "acct").entity == "acct"
+    assert with_entity(GavelFlags(entity="x"), "acct").entity == "x"
+    with pytest.raises(Exception):
+        f.weight = 3   # frozen
+
+
+def test_parse_rejects_non_gavel_comment():
+    with pytest.raises(FlagError, match="must start with the word gavel"):
+        parse_comment("Gavel model=x")
+
+
+def test_is_gavel_comment():
+    assert is_gavel_comment("gavel") and is_gavel_comment("gavel\tx=1")
+    assert not is_gavel_comment(None) and not is_gavel_comment("gavel-x")
+
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(weight=0), "weight"), (dict(weight=-1.0), "weight"), (dict(weight=1e6 + 1), "weight"),
+    (dict(weight=0.1 + 0.2), "weight"), (dict(weight=float("nan")), "weight"),
+    (dict(weight=True), "weight"), (dict(weight="2"), "weight"),
+    (dict(model="a b"), "model"), (dict(model=""), "model"), (dict(model=3), "model"),
+    (dict(entity="a+b"), "entity"), (dict(slo_seconds=0), "slo_seconds"),
+    (dict(slo_seconds=1.5), "slo_seconds"), (dict(slo_seconds=MAX_SLO_SECONDS + 1), "slo_seconds"),
+    (dict(steps=0), "steps"), (dict(steps=MAX_STEPS + 1), "steps"), (dict(steps=True), "steps"),
+])
+def test_gavel_flags_validates(fields, field):
+    with pytest.raises(InputError) as caught:
+        GavelFlags(**fields)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("text,field,problem", [
+    ("gavel model=x", "admin_comment", "does not start with gavel:"),
+    ("gavel:v2 weight=1", "admin_comment", "unsupported version 'v2'"),
+    ("gavel:v1 weight=1 foo=2", "admin_comment", "unexpected item 'foo=2'"),
+    ("gavel:v1 weight=1  slo=3", "admin_comment", "unexpected item ''"),
+    ("gavel:v1 slo=36h", "admin_comment.slo", "must be a whole number of seconds"),
+    ("gavel:v1 slo=0", "admin_comment.slo", "must be between 1 and"),
+    ("gavel:v1 weight=0", "admin_comment.weight", "must be greater than 0"),
+    ("gavel:v1 steps=1 steps=1", "admin_comment.steps", "given twice"),
+    ("gavel:v1 model=a%b", "admin_comment.model", "may use only"),
+])
+def test_from_admin_comment_errors(text, field, problem):
+    with pytest.raises(InputError) as caught:
+        from_admin_comment(text)
+    assert caught.value.field == field and problem in caught.value.problem
+
+
+def test_from_admin_comment_accepts_any_order():
+    f = from_admin_comment("gavel:v1 steps=5 slo=60 model=m")
+    assert f == GavelFlags(model="m", slo_seconds=60, steps=5)
+    assert to_admin_comment(f) == "gavel:v1 model=m weight=1 slo=60 steps=5"
+    assert from_admin_comment("gavel:v1") == GavelFlags()
+
+
+# -- hypothesis ------------------------------------------------------------------
+NAME_CHARS = "ABCXYZabcxyz0189._-"
+names = st.text(NAME_CHARS, min_size=1, max_size=64)
+models = st.text(NAME_CHARS + "+", min_size=1, max_size=64)
+weights = st.builds(
+    lambda units: float(Decimal(units) / Decimal(10 ** 6)),
+    st.integers(1, 10 ** 12))
+flags_strategy = st.builds(
+    GavelFlags,
+    model=st.none() | models, weight=weights, entity=st.none() | names,
+    slo_seconds=st.none() | st.integers(1, MAX_SLO_SECONDS),
+    steps=st.none() | st.integers(1, MAX_STEPS))
+
+
+@given(flags_strategy)
+def test_admin_comment_round_trip(flags):
+    text = to_admin_comment(flags)
+    assert from_admin_comment(text) == flags
+    assert to_admin_comment(from_admin_comment(text)) == text
+    assert re.fullmatch(r"gavel:v1( [a-z]+=[^ ]+)+", text)
+
+
+def _spell(units: int) -> str:
+    """A plain decimal spelling of units/10**6, with optional extra zeros."""
+    whole, frac = divmod(units, 10 ** 6)
+    return f"{whole}.{frac:06d}"
+
+
+@given(flags_strategy, st.sampled_from([" ", "  ", "\t", "\n ", " \r\n"]), st.randoms())
+def test_comment_round_trip(flags, sep, rnd):
+    """Any valid flags, written as a comment in shuffled order, parse back equal."""
+    items = []
+    if flags.model is not None:
+        items.append(f"model={flags.model}")
+    items.append("weight=" + _spell(round(Decimal(repr(flags.weight)) * 10 ** 6)))
+    if flags.entity is not None:
+        items.append(f"entity={flags.entity}")
+    if flags.slo_seconds is not None:
+        s = flags.slo_seconds
+        unit, n = rnd.choice([(u, n) for u, n in UNIT_SECONDS.items() if s % n == 0])
+        items.append(f"slo={s // n}{unit}")
+    if flags.steps is not None:
+        items.append(f"steps={'0' * rnd.randint(0, 2)}{flags.steps}")
+    rnd.shuffle(items)
+    comment = "gavel" + sep + sep.join(items)
+    assert parse_comment(comment) == flags
+
+
+# -- the same cases through job_submit.lua ---------------------------------------------
+LUA_NAMES = ("lua5.1", "lua5.2", "lua5.3", "lua5.4", "lua")
+
+
+def _lua_interpreters():
+    found, seen = [], set()
+    for name in LUA_NAMES:
+        path = shutil.which(name)
+        if path and os.path.realpath(path) not in seen:
+            seen.add(os.path.realpath(path))
+            found.append(path)
+    return found
+
+
+LUAS = _lua_interpreters()
+
+
+def _no_lua():
+    if os.environ.get("CI"):
+        pytest.fail("no Lua interpreter (install lua5.1: Slurm's job_submit/lua embeds it)")
+    pytest.skip("no Lua interpreter found (apt-get install lua5.1)")
+
+
+@pytest.fixture(params=LUAS or [None], ids=[os.path.basename(p) for p in LUAS] or ["no-lua"])
+def lua(request):
+    """Each Lua interpreter found (the plugin must run on all of them)."""
+    if request.param is None:
+        _no_lua()
+    return request.param
+
+
+@pytest.fixture
+def luas():
+    """All Lua interpreters found, at least one."""
+    if not LUAS:
+        _no_lua()
+    return LUAS
+
+
+def run_driver(lua, args):
+    """Run tests/lua/driver.lua with the plugin and ARGs; one dict per submit/modify."""
+    proc = subprocess.run([lua, str(DRIVER), str(PLUGIN), *args], capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    lines = proc.stdout.decode("utf-8", "surrogateescape").split("\n")
+    assert lines[-1] == ""
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def submit_args(cases, tres="gres:gpu:1"):
+    args = [f"set:tres_per_node={tres}"]
+    for comment, account, *_ in cases:
+        args.append(f"set:account={account}" if account is not None else "unset:account")
+        args.append("submit-nil" if comment is None else f"submit:{comment}")
+    return args
+
+
+def lua_result(out):
+    """The driver's answer in python_result's terms."""
+    assert out["rc"] != "LUA_ERROR", out["error"]
+    if out["rc"] == "ERROR":
+        assert out["writes"] == {}, out
+        assert len(out["messages"]) == 1, out
+        return out["messages"][0]
+    assert out["rc"] == "SUCCESS" and out["messages"] == [], out
+    if not out["writes"]:
+        return None
+    assert out["writes"] == {"admin_comment": out["writes"]["admin_comment"],
+                             "priority": 0, "requeue": 1}, out
+    return out["writes"]["admin_comment"]
+
+
+def test_lua_same_cases(lua):
+    outs = run_driver(lua, submit_args(CASES + [(None, None, None)]))
+    assert len(outs) == len(CASES) + 1
+    for (comment, account, expected), out in zip(CASES + [(None, None, None)], outs):
+        assert lua_result(out) == expected, (comment, account)
+
+
+JUNK_VALUES = ["", "1", "0", "2.5", ".5", "5.", "36", "36h", "1.5d", "90m", "0.4s", "0.5s",
+               "-1", "1e3", "abc", "a=b", "x%sy", "é", "1.0000001", "365d", "366d",
+               "1000000", "1000000.000001", "0.000001", "999999999999999999", "h", "."]
+tokens = st.one_of(
+    st.builds(lambda k, v: f"{k}={v}",
+              st.sampled_from(["model", "weight", "entity", "slo", "steps", "Model", "x", ""]),
+              st.one_of(st.sampled_from(JUNK_VALUES),
+                        st.text("0123456789.smhd", max_size=8),
+                        st.text(st.characters(blacklist_categories=("Cs",),
+                                              blacklist_characters="\x00"), max_size=12))),
+    st.sampled_from(["gavel", "=", "model", "=x"]),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+            min_size=1, max_size=80),
+)
+comments = st.builds(
+    lambda head, seps, toks: head + "".join(s + t for s, t in zip(seps, toks)),
+    st.sampled_from(["gavel", "gavel", "gavel", "gavelx", "Gavel", ""]),
+    st.lists(st.sampled_from([" ", "  ", "\t", "\n", "\v", "\u00a0", ""]), min_size=6, max_size=6),
+    st.lists(tokens, max_size=6))
+accounts = st.none() | st.sampled_from(["acct", "bad acct", "a" * 65, "x.y-z"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(st.tuples(comments, accounts), min_size=40, max_size=40))
+def test_lua_agrees_with_python_on_random_comments(luas, batch):
+    for lua in luas:
+        outs = run_driver(lua, submit_args(batch))
+        for (comment, account), out in zip(batch, outs):
+            assert lua_result(out) == python_result(comment, account), (comment, account)
+
+
+# -- what only the plugin does: GPU request, hold, requeue, modify guard -------------------
+GRES_CASES = [
+    # (field, value, rewritten value or None when unchanged)
+    ("tres_per_node", "gres:gpu:v100:2", "gres:gpu:2"),
+    ("tres_per_node", "gres:gpu:2", None),
+    ("tres_per_node", "gpu:v100:2", "gpu:2"),
+    ("tres_per_node", "gpu:2", None),
+    ("tres_per_node", "gres:gpu:k80", "gres:gpu:1"),
+    ("tres_per_node", "gres:gpu", "gres:gpu:1"),
+    ("tres_per_node", "gres/gpu:p100:4", "gres/gpu:4"),           # Slurm 23.02+ spelling
+    ("tres_per_node", "gres:mps:100,gres:gpu:p100:1", "gres:mps:100,gres:gpu:1"),
+    ("tres_per_job", "gres:gpu:v100:4", "gres:gpu:4"),             # --gpus=v100:4
+    ("tres_per_task", "gres:gpu:v100:1", "gres:gpu:1"),            # --gpus-per-task
+    ("tres_per_socket", "gres:gpu:1", None),
+    ("tres_per_node", "gres:gpu:v100:1,gres:gpu:p100:1", "gres:gpu:2"),   # merged
+    ("tres_per_node", "gres:gpu:1,gres:mps:100,gres:gpu:k80:3", "gres:gpu:4,gres:mps:100"),
+    ("tres_per_node", "gres:gpu:tesla_v100-sxm2:8", "gres:gpu:8"),
+]
+
+
+@pytest.mark.parametrize("field,value,rewritten", GRES_CASES)
+def test_lua_untypes_gpu_request(lua, field, value, rewritten):
+    args = ["unset:tres_per_node", f"set:{field}={value}", "set:account=acct",
+            "submit:gavel model=resnet50", "submit:not gavel"]
+    gavel, other = run_driver(lua, args)
+    assert gavel["rc"] == "SUCCESS" and gavel["messages"] == []
+    expected = {"admin_comment": "gavel:v1 model=resnet50 weight=1 entity=acct",
+                "priority": 0, "requeue": 1}
+    if rewritten is not None:
+        expected[field] = rewritten
+    assert gavel["writes"] == expected
+    assert other == {"rc": "SUCCESS", "messages": [], "writes": {}}   # untouched, even typed
+
+
+NO_GPU = ("gavel flags: no GPU requested: a gavel job needs GPUs, e.g. --gres=gpu:1 "
+          "(the scheduler picks the GPU type)")
+
+
+@pytest.mark.parametrize("setup", [
+    ["unset:tres_per_node"], ["set:tres_per_node=gres:gpu:0"],
+    ["set:tres_per_node=gres:mps:100"], ["set:tres_per_node=gres:gpu:v100:0"],
+])
+def test_lua_rejects_gavel_job_without_gpu(lua, setup):
+    (out,) = run_driver(lua, setup + ["submit:gavel model=x"])
+    assert out == {"rc": "ERROR", "messages": [NO_GPU], "writes": {}}
+    (out,) = run_driver(lua, setup + ["submit:plain job"])
+    assert out == {"rc": "SUCCESS", "messages": [], "writes": {}}
+
+
+def test_lua_entity_falls_back_to_default_account(lua):
+    outs = run_driver(lua, ["set:tres_per_node=gres:gpu:1", "unset:account",
+                            "set:default_account=dflt", "submit:gavel",
+                            "set:account=acct", "submit:gavel", "submit:gavel entity=own"])
+    assert [o["writes"]["admin_comment"] for o in outs] == [
+        "gavel:v1 weight=1 entity=dflt", "gavel:v1 weight=1 entity=acct",
+        "gavel:v1 weight=1 entity=own"]
+
+
+GUARD = ("gavel jobs are placed by the gavel scheduler: only an administrator can release "
+         "or change them (scancel still works)")
+
+
+def test_lua_modify_guard(lua):
+    outs = run_driver(lua, ["modify:1000:gavel:v1 weight=1", "modify:0:gavel:v1 weight=1",
+                            "modify:1000:", "modify:1000:something else",
+                            "modify:64030:gavel:v1 model=x weight=1"])
+    assert [(o["rc"], o["messages"]) for o in outs] == [
+        ("ERROR", [GUARD]), ("SUCCESS", []), ("SUCCESS", []), ("SUCCESS", []),
+        ("ERROR", [GUARD])]
+    assert all(o["writes"] == {} for o in outs)
+
+
+def _lua_code_without_comments(text: str) -> str:
+    text = re.sub(r"--\[(=*)\[.*?\]\1\]", "", text, flags=re.S)
+    return re.sub(r"--[^\n]*", "", text)
+
+
+def test_plugin_does_no_io_and_stays_lua51():
+    code = _lua_code_without_comments(PLUGIN.read_text())
+    for word in ("io.", "os.", "require", "dofile", "loadfile", "loadstring", "print(",
+                 "package.", "debug.", "goto ", "//", "table.unpack", "utf8."):
+        assert word not in code, word
+    # log_user formats its first argument: user text must never be the format.
+    for call in re.findall(r"slurm\.log_\w+\(([^,)]*)", code):
+        assert call.strip() == '"%s"', call
