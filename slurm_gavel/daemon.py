@@ -96,10 +96,31 @@ class Daemon:
                              config.round_seconds, prices=config.prices,
                              space_sharing=config.space_sharing)
         self._reload = False
+        self._check_slurm_config(config)
         log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
                  config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
                  ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
                  " [DRY RUN: nothing is changed in Slurm]" if dry_run else "")
+
+    def _check_slurm_config(self, config) -> None:
+        """Warn when slurm.conf would not requeue a checkpointed job held."""
+        try:
+            hold = self.cli.config().get("RequeueExitHold", "")
+        except GavelError as e:
+            log.warning("cannot read Slurm's configuration: %s", e)
+            return
+        codes = set()
+        for part in hold.replace("(null)", "").split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                if lo.strip().isdigit() and hi.strip().isdigit():
+                    codes.update(range(int(lo), int(hi) + 1))
+            elif part.strip().isdigit():
+                codes.add(int(part))
+        if config.requeue_exit_code not in codes:
+            log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
+                        "will end instead of being requeued held. Add RequeueExitHold=%d.",
+                        hold or "(unset)", config.requeue_exit_code, config.requeue_exit_code)
 
     @staticmethod
     def _table(config):
@@ -108,7 +129,11 @@ class Daemon:
     def _allocator(self, config):
         policy = make_policy(config.policy, agnostic=config.agnostic, space_sharing=config.space_sharing)
         return Background(policy, on_error=lambda f: log.error("policy solve failed (the previous "
-                                                                "allocation stays): %s", f.error))
+                                                                "allocation stays): %s", f.error),
+                          budget=config.solver_budget_seconds,
+                          on_slow=lambda s: log.warning("policy solve took %.1f s, over the budget of "
+                                                        "%.0f s: new jobs ran on agnostic shares "
+                                                        "meanwhile", s, config.solver_budget_seconds))
 
     def _event(self, kind, job, detail):
         try:

@@ -91,8 +91,8 @@ def _cell(row: dict, key: str, worker_types: list[str]) -> str:
         return "/".join(_hours(v[t]) for t in worker_types)
     if key == "priority":
         return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
-    if v is None:
-        return "-"
+    if v is None or v == "":
+        return "-"          # keeps the columns aligned for `awk` and friends
     return str(v)
 
 

@@ -117,10 +117,15 @@ class Delayed(_Base):
 
 
 class Background(_Base):
-    """Solve in a daemon thread; `submit` never blocks."""
+    """Solve in a daemon thread; `submit` never blocks.
 
-    def __init__(self, policy, on_error=None):
+    A solve longer than `budget` seconds is reported (`on_slow`): it cannot be
+    cut short, but the rounds go on with the previous allocation meanwhile.
+    """
+
+    def __init__(self, policy, on_error=None, budget: float | None = None, on_slow=None):
         super().__init__(policy, on_error)
+        self.budget, self._on_slow = budget, on_slow
         self._latest: Allocation | None = None
         self._queued: tuple[PolicyInput, float] | None = None
         self._busy = False
@@ -144,7 +149,11 @@ class Background(_Base):
                 inp, now = self._queued
                 self._queued = None
                 self._busy = True
+            started = time.perf_counter()
             result = self._solve(inp, now)
+            took = time.perf_counter() - started
+            if self.budget is not None and took > self.budget and self._on_slow:
+                self._on_slow(took)
             with self._cv:
                 if result is not None:
                     self._latest = result

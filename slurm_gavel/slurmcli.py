@@ -123,6 +123,15 @@ class SlurmCLI:
             raise SlurmCommandError(["sinfo", "--version"], 0, f"cannot read a version from {text!r}")
         return tuple(int(p) for p in match.groups() if p is not None)
 
+    def config(self) -> dict[str, str]:
+        """`scontrol show config` as {key: value}."""
+        out = {}
+        for line in self.run(["scontrol", "show", "config"]).stdout.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key.strip()] = value.strip()
+        return out
+
     # -- acting -------------------------------------------------------------------
     def update(self, ids: Iterable[str], **fields: str) -> None:
         """`scontrol update jobid=1,2 Key=value ...` for several jobs at once."""

@@ -1,0 +1,56 @@
+"""The daemon's configuration file: defaults, the shipped example, and every kind of mistake."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_gavel.config import Config, from_dict, load
+from slurm_gavel.errors import InputError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "slurm_conf" / "gavel.toml.example"
+
+
+def test_the_shipped_example_is_the_defaults():
+    example = load(EXAMPLE)
+    assert {k: v for k, v in example.__dict__.items() if k != "source"} == \
+           {k: v for k, v in Config().__dict__.items() if k != "source"}
+
+
+def test_values_are_read(tmp_path):
+    path = tmp_path / "gavel.toml"
+    path.write_text('policy = "fifo"\nround_seconds = 60\n[partitions]\ngpu-a = "v100"\n'
+                    '[prices]\nv100 = 2\n')
+    c = load(path)
+    assert (c.policy, c.round_seconds, c.partitions, c.prices) == ("fifo", 60.0, {"gpu-a": "v100"},
+                                                                   {"v100": 2})
+
+
+@pytest.mark.parametrize("text, field", [
+    ('polcy = "fifo"', "polcy"),
+    ('policy = "fastest_first"', "policy"),
+    ("round_seconds = 0", "round_seconds"),
+    ("round_seconds = 10\ntick_seconds = 20", "tick_seconds"),
+    ('preemption_signal = "KILL"', "preemption_signal"),
+    ("requeue_exit_code = 300", "requeue_exit_code"),
+    ('agnostic = "yes"', "agnostic"),
+    ('partitions = "v100"', "partitions"),
+    ("[prices]\nv100 = -1", "prices.v100"),
+    ('throughputs = "/no/such/file.json"', "throughputs"),
+])
+def test_mistakes_name_the_key(tmp_path, text, field):
+    path = tmp_path / "gavel.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(InputError) as err:
+        load(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        load(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("policy = \n")
+    with pytest.raises(InputError, match="not valid TOML"):
+        load(bad)
+    assert from_dict({}).policy == "max_min_fairness"
