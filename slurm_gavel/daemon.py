@@ -90,7 +90,7 @@ class Daemon:
                                     signal=config.preemption_signal,
                                     signal_all_steps=config.signal_all_steps,
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
-                                    on_event=self._event)
+                                    on_event=self._event, credited_until=self.store.last_observed())
         self.engine = Engine(self.clock, self.backend, self._allocator(config),
                              FallbackThroughputs(self._table(config)), self.store,
                              config.round_seconds, prices=config.prices,
@@ -142,7 +142,17 @@ class Daemon:
             log.error("cannot record event: %s", e)
 
     def _tick(self):
-        self.backend.tick()
+        """Between rounds: observe (credit running time, record departures, follow up on
+        preemptions and deferred starts), so the database is never more than a tick behind."""
+        now = self.clock.now()
+        if not self.backend.backoff.ready(now):
+            return
+        try:
+            self.engine.settle()
+            self.backend.backoff.succeeded()
+        except GavelError as e:
+            delay = self.backend.backoff.failed(now)
+            log.error("Slurm poll failed (next try in %.0f s): %s", delay, e)
 
     # -- control ------------------------------------------------------------------
     def request_stop(self, *_):

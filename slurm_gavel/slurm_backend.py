@@ -67,7 +67,8 @@ class SlurmBackend:
 
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | None = None,
                  signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
-                 dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None):
+                 dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
+                 credited_until: float | None = None):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
@@ -85,7 +86,9 @@ class SlurmBackend:
         self._preempted: dict[str, _Preempted] = {}
         self._deferred: dict[str, Assignment] = {}     # starts waiting for the job to stop
         self._last_poll: float | None = None
-        self.poll()                                    # fail early: Slurm must answer once
+        # A restarted daemon: running time up to here was credited by the last run.
+        self._credited_until = credited_until
+        self._nodes = parse_nodes(self.cli.nodes())    # fail early: Slurm must answer once
         self.partitions = dict(partitions) if partitions else discover_partitions(self._nodes)
         if not self.partitions:
             raise InputError("partitions", "no partition holds GPUs of a single type; set "
@@ -94,22 +97,6 @@ class SlurmBackend:
         self._partition_of = {wt: p for p, wt in self.partitions.items()}
 
     # -- polling ---------------------------------------------------------------
-    def tick(self) -> None:
-        """Called by the daemon's clock between rounds: poll, escalate, carry out deferred starts."""
-        now = self.clock.now()
-        if not self.backoff.ready(now):
-            return
-        try:
-            self.poll()
-            self._escalate(now)
-            self._start_deferred()
-            self.backoff.succeeded()
-            self.last_error = None
-        except GavelError as e:
-            delay = self.backoff.failed(now)
-            self.last_error = str(e)
-            log.error("Slurm poll failed (next try in %.0f s): %s", delay, e)
-
     def poll(self) -> None:
         now = self.clock.now()
         jobs = parse_jobs(self.cli.squeue())
@@ -140,10 +127,16 @@ class SlurmBackend:
                 wt = self.partitions_get(j.partition)
                 if wt is not None:
                     # Started since the last poll: credit from its start.  Already
-                    # running at the first poll (a daemon restart): from now, since
-                    # the time before was credited by the previous run.
-                    recent = self._last_poll is not None and j.start_time and j.start_time >= self._last_poll
-                    start = min(j.start_time, now) if recent else now
+                    # running at the first poll (a daemon restart): from where the
+                    # previous run stopped crediting, or from now if that is unknown.
+                    began = j.start_time or now
+                    if self._last_poll is not None:
+                        start = max(began, self._last_poll) if began < self._last_poll else began
+                    elif self._credited_until is not None:
+                        start = max(began, self._credited_until)
+                    else:
+                        start = now
+                    start = min(start, now)
                     self._running[job_id] = _Running(wt, j.nodes, start)
                     self._credit(job_id, self._running[job_id], now)
             if not j.running and job_id in self._preempted:
@@ -167,7 +160,7 @@ class SlurmBackend:
         self._last_poll = now
 
     def partitions_get(self, partition: str) -> str | None:
-        return self.partitions.get(partition) if hasattr(self, "partitions") else None
+        return self.partitions.get(partition)
 
     def _credit(self, job_id: str, r: _Running, until: float) -> None:
         if until > r.since:
@@ -177,8 +170,12 @@ class SlurmBackend:
 
     # -- backend interface --------------------------------------------------------
     def observe(self) -> Observation:
+        """Poll Slurm, follow up on earlier actions (late preemptions, starts that waited
+        for a job to stop), and report.  The daemon calls this every tick."""
         self.poll()
         now = self.clock.now()
+        self._escalate(now)
+        self._start_deferred()
         states, bad = [], {}
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, int(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
@@ -256,8 +253,8 @@ class SlurmBackend:
             def start(job=job, partition=partition, nodes=nodes):
                 self.cli.update([job], Partition=partition, NodeList=nodes, StartTime="now")
                 self.cli.release([job])
-            self._act(f"start on {partition} {nodes}", [job], start)
             del self._deferred[job]
+            self._act(f"start on {partition} {nodes}", [job], start)
 
     def _escalate(self, now: float) -> None:
         late = [job for job, p in self._preempted.items()

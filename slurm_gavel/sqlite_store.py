@@ -240,6 +240,11 @@ class SqliteStore:
         return {job: n for job, n in self.db.execute(
             "select job, count(distinct round) from placements where action != 'preempt' group by job")}
 
+    def last_observed(self) -> float | None:
+        """When the engine last recorded an observation (a restarted daemon credits from here)."""
+        row = self.db.execute("select max(last_seen) from jobs").fetchone()
+        return row[0] if row and row[0] is not None else None
+
     def servers(self) -> list[dict]:
         return [dict(r) for r in self.db.query("select * from servers order by worker_type, name")]
 

@@ -194,3 +194,76 @@ def test_a_bad_config_is_refused_with_one_line(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert "policy" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def wait_all_done(cluster, jobs, daemon, timeout=420):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        left = {j: s for j, s in queue(cluster).items() if j in jobs and s != "COMPLETED"}
+        if not left:
+            return
+        assert daemon.poll() is None, daemon.communicate()[0][-3000:]
+        time.sleep(3)
+    pytest.fail(f"jobs still queued after {timeout} s: {left}")
+
+
+def test_a_daemon_killed_mid_round_loses_nothing(clean, tmp_path):
+    """kill -9, start again: every job finishes, and the ledger still matches what ran."""
+    cluster = clean
+    config = write_config(tmp_path, cluster)
+    jobs = {submit(cluster, tmp_path, MODELS[i % 4], 2, 25 + (i % 2) * 10): 25 + (i % 2) * 10
+            for i in range(14)}
+    first = start_daemon(config)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and "RUNNING" not in queue(cluster).values():
+            time.sleep(1)
+        time.sleep(8)                          # in the middle of a round
+    finally:
+        first.kill()                           # SIGKILL: no clean-up at all
+        first.communicate()
+    time.sleep(3)
+    second = start_daemon(config)
+    try:
+        wait_all_done(cluster, jobs, second)
+        time.sleep(2 * TICK + 1)               # one more observation of the last departures
+    finally:
+        code, log = stop_daemon(second)
+    assert code == 0, log[-3000:]
+    store = SqliteStore(tmp_path / "gavel.db", readonly=True)
+    ledger = store.job_time()
+    for job, steps in jobs.items():
+        assert f"done at {steps}" in (tmp_path / f"out-{job}.txt").read_text()
+        segs = segments(tmp_path, job)
+        for partition in {p for p, _ in segs}:
+            ran = sum(s for p, s in segs if p == partition)
+            recorded = ledger.get(job, {}).get(partition, 0.0)
+            # per segment a tick, plus the tick before the kill
+            assert abs(recorded - ran) <= len(segs) * (TICK + 1.5) + TICK, (job, partition, recorded, ran)
+    assert set(jobs) <= {r["id"] for r in store.jobs(states=("completed",))}
+
+
+def test_gpus_of_other_jobs_are_left_alone_and_sighup_reloads(clean, tmp_path):
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=6, tick_seconds=1)
+    # a plain (non-gavel) job takes all 4 GPUs of k80-0 for a while
+    plain = cluster.run(["sbatch", "--parsable", "-p", "k80", "-w", "k80-0", "--gres=gpu:4",
+                         "-o", "/dev/null", "--wrap", "sleep 40"]).stdout.strip()
+    jobs = [submit(cluster, tmp_path, "convnet", 4, 30) for _ in range(6)]   # 24 GPUs asked of 20
+    daemon = start_daemon(config)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and queue(cluster).get(plain) != "RUNNING":
+            time.sleep(1)
+        time.sleep(15)
+        nodes = cluster.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %N"]).stdout.split("\n")
+        on_k80_0 = [line.split()[0] for line in nodes if line.strip().endswith("k80-0")]
+        assert on_k80_0 == [plain], nodes
+        # SIGHUP: a new round length is read from the file
+        config.write_text(config.read_text().replace("round_seconds = 6", "round_seconds = 8"))
+        daemon.send_signal(signal.SIGHUP)
+        time.sleep(10)
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    assert "reloaded" in log and "rounds of 8 s" in log

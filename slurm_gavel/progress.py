@@ -1,0 +1,148 @@
+"""Progress records of gavel jobs: where they are, how to write one, how to read them.
+
+A job that trains through `slurm_gavel.iterator.GavelIterator` appends one JSON
+object per line to one file per job::
+
+    {"job": "42", "time": 1718000000.5, "event": "progress", "step": 1200,
+     "total_steps": 5000, "steps_per_second": 3.8, "partition": "v100",
+     "node": "v100-0", "restart": 2, "world_size": 1}
+
+``event`` is ``start`` (after the checkpoint was loaded; ``load_seconds`` is added
+when one was), ``progress`` (at most every ``GAVEL_PROGRESS_INTERVAL`` seconds,
+30 by default), ``checkpoint`` (preempted: saved at ``step``, ``save_seconds``
+added, the job exits 85 next) or ``done`` (all steps done, the job exits 0).
+``step`` is the number of steps done; ``steps_per_second`` is measured over the
+interval since the previous record of the same run (``null`` in ``start``);
+``restart`` is ``SLURM_RESTART_COUNT`` (0 on the first start); ``partition`` is
+``SLURM_JOB_PARTITION`` (the GPU type: one type per partition); ``node`` is
+``SLURMD_NODENAME`` or the host name. Readers must ignore keys they do not know.
+
+Location (`progress_path`): ``$GAVEL_PROGRESS_DIR/<jobid>.jsonl`` when the job
+sees ``GAVEL_PROGRESS_DIR``, else ``<submit dir>/.gavel/<jobid>.jsonl`` with the
+submit directory from ``SLURM_SUBMIT_DIR`` (the job's working directory, which
+squeue reports as ``current_working_directory``, unless it was submitted with
+``--chdir``). The daemon looks in its configured progress directory first, then
+in the job's working directory.
+
+Each record is written with one ``write`` on a descriptor opened with
+``O_APPEND``: records of every restart accumulate in the same file, the file works
+on a shared filesystem (one writer per job: rank 0), and a crash can at worst
+leave a torn last line, which `read_progress` skips.
+
+This module imports nothing beyond the standard library: the daemon and the
+jobs both use it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+EVENTS = ("start", "progress", "checkpoint", "done")
+PROGRESS_DIR_ENV = "GAVEL_PROGRESS_DIR"
+SUBDIR = ".gavel"
+SUFFIX = ".jsonl"
+
+
+def progress_path(job_id: str, env: Optional[Mapping[str, str]] = None,
+                  work_dir: Optional[str] = None) -> Path:
+    """The progress file of job `job_id`.
+
+    Inside a job, call it with the job's environment (the default, `os.environ`).
+    The daemon calls it with ``env={}`` (or its configured ``GAVEL_PROGRESS_DIR``)
+    and ``work_dir`` = the job's working directory from squeue.
+    """
+    env = os.environ if env is None else env
+    job_id = str(job_id)
+    if not job_id or "/" in job_id or job_id in (".", ".."):
+        raise ValueError(f"not a job id: {job_id!r}")
+    spool = env.get(PROGRESS_DIR_ENV)
+    if spool:
+        return Path(spool) / f"{job_id}{SUFFIX}"
+    base = work_dir or env.get("SLURM_SUBMIT_DIR") or os.getcwd()
+    return Path(base) / SUBDIR / f"{job_id}{SUFFIX}"
+
+
+def candidate_paths(job_id: str, work_dir: Optional[str],
+                    progress_dir: Optional[str] = None) -> list[Path]:
+    """Where the daemon looks for job `job_id`'s records, in order."""
+    out = []
+    if progress_dir:
+        out.append(Path(progress_dir) / f"{job_id}{SUFFIX}")
+    if work_dir:
+        out.append(progress_path(job_id, env={}, work_dir=work_dir))
+    return out
+
+
+def append_record(path, record: Mapping) -> None:
+    """Append `record` as one JSON line with a single write (creates the directory)."""
+    line = (json.dumps(record, separators=(", ", ": "), allow_nan=False) + "\n").encode()
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, line)
+        while written < len(line):       # only on exotic filesystems: finish the line
+            written += os.write(fd, line[written:])
+    finally:
+        os.close(fd)
+
+
+def read_progress(path) -> list[dict]:
+    """Every record in `path`, oldest first; [] when the file does not exist.
+
+    Lines that are not a JSON object (a torn last line after a crash, a line torn
+    by a full disk) are skipped; so is a line without its newline at the end of
+    the file, which a writer may still be completing.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")
+    lines.pop()          # after the last newline: "" or an incomplete line
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def latest(path) -> Optional[dict]:
+    """The newest complete record in `path`, or None."""
+    records = read_progress(path)
+    return records[-1] if records else None
+
+
+def summary(records: list[dict]) -> Optional[dict]:
+    """What the daemon needs from one job's records: None when there are none.
+
+    ``step`` and ``total_steps`` come from the newest record; ``steps_per_second``
+    is the newest measured rate (progress, checkpoint or done records) on the
+    newest record's partition; ``done`` says whether the newest record is ``done``.
+    """
+    if not records:
+        return None
+    last = records[-1]
+    rate = None
+    for r in reversed(records):
+        if r.get("partition") != last.get("partition"):
+            break
+        if r.get("event") == "start":
+            continue
+        if isinstance(r.get("steps_per_second"), (int, float)) and r["steps_per_second"] > 0:
+            rate = float(r["steps_per_second"])
+            break
+    return {"step": last.get("step"), "total_steps": last.get("total_steps"),
+            "steps_per_second": rate, "partition": last.get("partition"),
+            "node": last.get("node"), "restart": last.get("restart"),
+            "event": last.get("event"), "time": last.get("time"),
+            "done": last.get("event") == "done"}
