@@ -176,7 +176,8 @@ class Engine:
             self.store.allocation(self.round, now, self.allocation, fresh=solved is not None)
 
         scale_factors = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
-        previous = [a for a in obs.running if all(job in scale_factors for job in a.jobs)]
+        previous = [a for a in obs.running
+                    if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
         plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
                           previous)
         round_end = now + self.round_seconds

@@ -61,7 +61,12 @@ The checkpoint contract:
   ``torch.utils.data.DistributedSampler``, which also works in a single process
   with ``num_replicas=1, rank=0``) before each epoch, and on resume skips the
   batches of the current epoch already done by iterating over them (data loading
-  only, no training; at most one epoch).
+  only, no training; at most one epoch). Making a torch DataLoader's epoch
+  iterator draws from torch's global RNG; the iterator restores the global RNG
+  state around it, so that what training draws (dropout, ...) does not depend on
+  where a run resumed. Seeds of loader workers (``num_workers > 0``) come from
+  that draw: for random augmentations in workers to be reproducible across
+  restarts too, seed them from the epoch and the sample index, not the worker.
 
 Distributed jobs (``torch.distributed`` initialized before construction): the
 flag is all-reduced (MAX of a one-element tensor; on the current CUDA device with
@@ -452,6 +457,20 @@ class GavelIterator:
         except TypeError:
             return None
 
+    def _new_epoch_iterator(self):
+        # A torch DataLoader draws its workers' base seed from torch's global RNG
+        # each time an epoch's iterator is made. Keep the global RNG as it was, so
+        # that the random numbers training draws (dropout, ...) do not depend on
+        # whether this run started the epoch or resumed in its middle.
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return iter(self.data_loader)
+        state = torch.get_rng_state()
+        try:
+            return iter(self.data_loader)
+        finally:
+            torch.set_rng_state(state)
+
     def _start_data(self) -> None:
         length = self._epoch_length()
         if length == 0:
@@ -459,7 +478,7 @@ class GavelIterator:
         epoch, skip = (divmod(self.start_step, length) if length
                        else (0, self.start_step))
         self._set_epoch(epoch)
-        self._inner = iter(self.data_loader)
+        self._inner = self._new_epoch_iterator()
         for _ in range(skip):         # the batches of this epoch already trained on
             self._fetch(allow_end=False)
         self._last_time, self._last_step = time.monotonic(), self.step
@@ -474,7 +493,7 @@ class GavelIterator:
                 raise ValueError("the data loader has fewer batches than the checkpoint's "
                                  "step") from None
         self._set_epoch(self.epoch + 1)
-        self._inner = iter(self.data_loader)
+        self._inner = self._new_epoch_iterator()
         try:
             return next(self._inner)
         except StopIteration:

@@ -251,30 +251,38 @@ class SimulatedCluster:
         self._round = None
         end = min(end, now)
         length = end - start
+        active, done, rates, results = self._active, self._done, self._rate, self.results
+        started, ckpt = self._started, self.checkpoint_seconds
+        busy = [0.0] * len(self.worker_types)
+        usage = self._usage
+        departed = False
         for a in self._running:
             held = 0.0
-            t = self._column[a.worker_type]
+            wt = a.worker_type
             for job in a.jobs:
-                if job not in self._active:
+                state = active.get(job)
+                if state is None:
                     continue
-                cost = self.checkpoint_seconds if job in self._started else 0.0
-                rate = self._rate.get(job, 0.0)
-                left = self._active[job].total_steps - self._done[job]
-                useful = max(0.0, length - cost)
-                need = left / rate if rate > 0 else math.inf
-                if need <= useful:
-                    self._done[job] = self._active[job].total_steps
-                    ran = cost + need
-                    self.results[job].seconds[a.worker_type] += ran
+                cost = ckpt if job in started else 0.0
+                rate = rates.get(job, 0.0)
+                useful = length - cost if length > cost else 0.0
+                if rate > 0 and (state.total_steps - done[job]) <= rate * useful:
+                    ran = cost + (state.total_steps - done[job]) / rate
+                    done[job] = state.total_steps
+                    results[job].seconds[wt] += ran
                     self._depart(job, start + ran)
+                    departed = True
                 else:
-                    self._done[job] += rate * useful
+                    done[job] += rate * useful
                     ran = length
-                    self.results[job].seconds[a.worker_type] += ran
-                held = max(held, ran)
-            self.busy_gpu_seconds[t] += held * a.gpus
-            self._usage.append(Usage(a, held))
-        self._running = tuple(a for a in self._running if all(j in self._active for j in a.jobs))
+                    results[job].seconds[wt] += ran
+                if ran > held:
+                    held = ran
+            busy[self._column[wt]] += held * a.gpus
+            usage.append(Usage(a, held))
+        self.busy_gpu_seconds += busy
+        if departed:
+            self._running = tuple(a for a in self._running if all(j in active for j in a.jobs))
 
 
 # -- driving a simulation --------------------------------------------------------
