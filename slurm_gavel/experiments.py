@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 from .errors import InputError
 from .simulator import JobResult, Simulation, simulate, summarize
-from .workloads import ThroughputTable, TraceJob, iter_trace, read_trace
+from .workloads import ThroughputTable, TraceJob, atomic_write, iter_trace, read_trace
 
 DEFAULT_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
 
@@ -140,21 +140,6 @@ JOB_FIELDS = ("id", "job_type", "scale_factor", "total_steps", "steps_done", "ar
               "finish", "jct", "starts", "weight", "slo", "mean_active_jobs")
 
 
-def atomic_write(path, text: str) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def jobs_csv(results: Iterable[JobResult], worker_types: Sequence[str]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -201,13 +186,7 @@ def plot_jct_cdf(curves: dict[str, Sequence[float]], path, title: str = "") -> N
         if values:
             ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=label)
     ax.set_xscale("log")
-    ax.set_xlabel("JCT (hours)")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    if title:
-        ax.set_title(title)
-    _save(fig, plt, path)
+    _finish(fig, ax, plt, path, "JCT (hours)", "fraction of jobs", title)
 
 
 def plot_sweep(rows: Sequence[dict], path, title: str = "") -> None:
@@ -222,8 +201,12 @@ def plot_sweep(rows: Sequence[dict], path, title: str = "") -> None:
     for label, points in by_policy.items():
         rates = sorted(points)
         ax.plot(rates, [sum(points[r]) / len(points[r]) for r in rates], marker="o", label=label)
-    ax.set_xlabel("input job rate (jobs/hour)")
-    ax.set_ylabel("average JCT (hours)")
+    _finish(fig, ax, plt, path, "input job rate (jobs/hour)", "average JCT (hours)", title)
+
+
+def _finish(fig, ax, plt, path, xlabel: str, ylabel: str, title: str):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend()
     if title:

@@ -170,7 +170,7 @@ class ThroughputTable:
         return {k: tables[k] for k in order}
 
     def to_gavel_json(self, path) -> None:
-        _atomic_write(Path(path), json.dumps(self.to_gavel_dict(), indent=4) + "\n")
+        atomic_write(Path(path), json.dumps(self.to_gavel_dict(), indent=4) + "\n")
 
 
 def _parse_job_key(text, where) -> JobKey:
@@ -188,7 +188,9 @@ def _number(value, where) -> float:
     return checked_number(value, where, ">= 0")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
+    path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
@@ -323,7 +325,7 @@ def format_trace_line(job: TraceJob, where: str = "job") -> str:
 
 def write_trace(path, jobs: Sequence[TraceJob]) -> None:
     text = "".join(format_trace_line(j, f"jobs[{i}]") + "\n" for i, j in enumerate(jobs))
-    _atomic_write(Path(path), text)
+    atomic_write(Path(path), text)
 
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from test_engine import SOLO, small_table
+
 from slurm_gavel.cli import main
 from slurm_gavel.workloads import ThroughputTable
 
@@ -23,23 +25,10 @@ GAVEL = pathlib.Path("/work/shared/data/gavel")
 PHYSICAL_TABLE = GAVEL / "physical_cluster_throughputs.json"
 SMALL_TRACE = GAVEL / "traces" / "physical_cluster" / "small_test.trace"
 
-# Three models whose speedups differ by type (as in test_engine.small_table).
-SOLO = {
-    "v100": {("fast", 1): 10.0, ("flat", 1): 3.0, ("mid", 1): 6.0,
-             ("fast", 2): 18.0, ("mid", 2): 11.0, ("fast", 4): 34.0},
-    "p100": {("fast", 1): 5.0, ("flat", 1): 3.0, ("mid", 1): 4.0,
-             ("fast", 2): 9.0, ("mid", 2): 7.0, ("fast", 4): 17.0},
-    "k80": {("fast", 1): 1.0, ("flat", 1): 2.5, ("mid", 1): 2.0,
-            ("fast", 2): 1.8, ("mid", 2): 3.5, ("fast", 4): 3.4},
-}
+# Three models whose speedups differ by type.
 TYPES = tuple(SOLO)
 CLUSTER = "v100=2,p100=2,k80=2"
 GOOD_LINE = "fast\t\t\t\t0\t3600\t1\t1\t-1.000000\t0"     # a valid 10-field trace line
-
-
-def small_table() -> ThroughputTable:
-    return ThroughputTable.from_gavel_dict(
-        {wt: {str(key): {"null": v} for key, v in rows.items()} for wt, rows in SOLO.items()})
 
 
 @pytest.fixture(scope="module")
