@@ -55,6 +55,22 @@ class Departure:
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """A throughput seen running: `job` made `steps_per_second` on `worker_type`.
+
+    `partner` is the job it shared the GPUs with (space sharing), `spread`
+    whether its GPUs were on more than one server.  The estimator learns T
+    from these (the feedback arrow of the narrow waist).
+    """
+
+    job: str
+    worker_type: str
+    steps_per_second: float
+    partner: str | None = None
+    spread: bool = False
+
+
+@dataclass(frozen=True)
 class Observation:
     time: float
     jobs: tuple[JobState, ...]             # active jobs, in arrival order
@@ -63,6 +79,7 @@ class Observation:
     running: tuple[Assignment, ...] = ()   # what holds GPUs now (departed jobs left out)
     usage: tuple[Usage, ...] = ()
     departures: tuple[Departure, ...] = ()
+    measurements: tuple[Measurement, ...] = ()
 
 
 class Backend(Protocol):
@@ -73,4 +90,4 @@ class Backend(Protocol):
     def execute(self, plan: RoundPlan, round_end: float) -> None: ...
 
 
-__all__ = ["Backend", "Departure", "JobState", "Observation", "Usage"]
+__all__ = ["Backend", "Departure", "JobState", "Measurement", "Observation", "Usage"]

@@ -122,6 +122,7 @@ class Engine:
         self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
         self.ledger = Ledger(self.worker_types)
+        self._learn = getattr(throughputs, "record", None)
         self.round = 0
         self.resets = 0
         self.input: PolicyInput | None = None
@@ -198,6 +199,8 @@ class Engine:
         for d in obs.departures:
             self.ledger.forget(d.id)
             self.store.departure(d)
+        if obs.measurements and self._learn is not None:
+            self._learn(obs.measurements)       # a throughput source that learns (estimator)
         return obs
 
     def settle(self) -> None:

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .backend import Departure, JobState, Observation, Usage
+from .backend import Departure, JobState, Measurement, Observation, Usage
 from .clock import SimulatedClock
 from .engine import DEFAULT_RESET_SECONDS, DEFAULT_ROUND_SECONDS, Engine
 from .errors import InputError
@@ -103,7 +103,7 @@ class SimulatedCluster:
 
     def __init__(self, jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int],
                  clock, gpus_per_node: int | Mapping[str, int] = DEFAULT_GPUS_PER_NODE,
-                 checkpoint_seconds: float = 0.0):
+                 checkpoint_seconds: float = 0.0, measure: bool = False):
         unknown = [wt for wt in cluster if wt not in table.worker_types]
         if unknown:
             raise InputError("--cluster", f"worker type {unknown[0]!r} is not in the throughput table "
@@ -115,6 +115,8 @@ class SimulatedCluster:
         self.clock = clock
         self.servers = make_servers(cluster, gpus_per_node)
         self.checkpoint_seconds = float(checkpoint_seconds)
+        self.measure = measure                 # report what each running job made (estimator)
+        self._measurements: list = []
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
         self._arrivals: Iterator[tuple[int, TraceJob]] = iter(enumerate(jobs))
         self._next: tuple[int, TraceJob] | None = next(self._arrivals, None)
@@ -154,8 +156,9 @@ class SimulatedCluster:
             self._jobs_view = tuple(self._active.values())
         usage, self._usage = tuple(self._usage), []
         departures, self._departures = tuple(self._departures), []
+        measurements, self._measurements = tuple(self._measurements), []
         return Observation(now, self._jobs_view, self.servers, dict(self._done),
-                           self._running, usage, departures)
+                           self._running, usage, departures, measurements)
 
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
@@ -280,6 +283,11 @@ class SimulatedCluster:
                     held = ran
             busy[self._column[wt]] += held * a.gpus
             usage.append(Usage(a, held))
+            if self.measure and held > 0:
+                spread = len(a.servers) > 1
+                for i, job in enumerate(a.jobs):
+                    partner = a.jobs[1 - i] if len(a.jobs) == 2 else None
+                    self._measurements.append(Measurement(job, wt, rates.get(job, 0.0), partner, spread))
         self.busy_gpu_seconds += busy
         if departed:
             self._running = tuple(a for a in self._running if all(j in active for j in a.jobs))
@@ -309,7 +317,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              checkpoint_seconds: float = 0.0, solver_delay: float = 0.0,
              space_sharing: bool = False, prices: Mapping[str, float] | None = None,
              max_rounds: int | None = None, reset_seconds: float = DEFAULT_RESET_SECONDS,
-             progress: Callable[[int, float, int, int], None] | None = None) -> Simulation:
+             throughputs=None, progress: Callable[[int, float, int, int], None] | None = None) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -318,10 +326,15 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     """
     started = time.perf_counter()
     clock = SimulatedClock(0.0)
-    backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, checkpoint_seconds)
+    # `throughputs`: what the policy is told (default: the table itself, an
+    # oracle); the jobs always run at the table's rates.  A source that learns
+    # (has `record`) is fed what each running job made, every round.
+    source = throughputs if throughputs is not None else TableThroughputs(table)
+    backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, checkpoint_seconds,
+                               measure=hasattr(source, "record"))
     allocator = Delayed(policy, solver_delay) if solver_delay > 0 else Immediate(policy)
     store = MemoryStore(keep_rounds=False)
-    engine = Engine(clock, backend, allocator, TableThroughputs(table), store, round_seconds,
+    engine = Engine(clock, backend, allocator, source, store, round_seconds,
                     prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds)
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
     remaining = len(wanted) if wanted is not None else None

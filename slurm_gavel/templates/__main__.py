@@ -1,0 +1,6 @@
+"""``python -m slurm_gavel.templates NAME --steps N``: run a template job (see train.py)."""
+import sys
+
+from .train import main
+
+sys.exit(main())
