@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Mapping
 
 import numpy as np
@@ -31,6 +32,21 @@ import numpy as np
 from .errors import InputError
 
 ENTITY_POLICIES = ("fairness", "fifo")
+
+
+def _frozen_cache(method):
+    """A cached, read-only array property: computed once per (immutable) input.
+
+    The simulator builds thousands of inputs and each policy reads these views
+    many times; read-only so that no caller can change them for the others.
+    """
+    def compute(self):
+        value = method(self)
+        value.flags.writeable = False
+        return value
+    compute.__name__ = method.__name__
+    compute.__doc__ = method.__doc__
+    return cached_property(compute)
 
 
 @dataclass(frozen=True)
@@ -106,16 +122,17 @@ class PolicyInput:
                 raise InputError(f"worker_types.{wt}.count", "must be a number >= 0")
             if self.prices[j] < 0:
                 raise InputError(f"worker_types.{wt}.price_per_hour", "must be >= 0")
-        per_job = (("scale_factor", self.scale_factors, lambda v: v >= 1, "must be an integer >= 1"),
-                   ("weight", self.weights, lambda v: v > 0 and math.isfinite(v), "must be > 0"),
-                   ("steps_remaining", self.steps_remaining, lambda v: not v < 0, "must be >= 0"),
-                   ("time_since_arrival", self.time_since_arrival,
-                    lambda v: v >= 0 and math.isfinite(v), "must be >= 0"),
-                   ("slo", self.slo, lambda v: not v <= 0, "must be > 0"))
+        with np.errstate(invalid="ignore"):
+            per_job = (("scale_factor", self.scale_factors, self.scale_factors >= 1, "must be an integer >= 1"),
+                       ("weight", self.weights, (self.weights > 0) & np.isfinite(self.weights), "must be > 0"),
+                       ("steps_remaining", self.steps_remaining, ~(self.steps_remaining < 0), "must be >= 0"),
+                       ("time_since_arrival", self.time_since_arrival,
+                        (self.time_since_arrival >= 0) & np.isfinite(self.time_since_arrival), "must be >= 0"),
+                       ("slo", self.slo, ~(self.slo <= 0), "must be > 0"))
         for name, values, ok, problem in per_job:
-            for i, v in enumerate(values):
-                if not ok(v):
-                    raise InputError(f"jobs[{self.job_ids[i]}].{name}", f"{problem}, got {v}")
+            if not ok.all():       # checked for all jobs at once; the first bad one is named
+                i = int(np.argmin(ok))
+                raise InputError(f"jobs[{self.job_ids[i]}].{name}", f"{problem}, got {values[i]}")
         for name in ("throughputs", "unconsolidated_throughputs"):
             values = getattr(self, name)
             for i, j in np.argwhere(values < 0):
@@ -159,36 +176,36 @@ class PolicyInput:
     def n_types(self) -> int:
         return len(self.worker_types)
 
-    @property
+    @_frozen_cache
     def spread(self) -> np.ndarray:
         """(n, k) bool: the job needs more GPUs than one server of the type has."""
         return self.scale_factors[:, None] > self.gpus_per_node[None, :]   # False where unknown
 
-    @property
+    @_frozen_cache
     def placed_throughputs(self) -> np.ndarray:
         """(n, k) throughputs as the job will be placed: unconsolidated where it must spread."""
         use = self.spread & ~np.isnan(self.unconsolidated_throughputs)
         return np.where(use, self.unconsolidated_throughputs, self.throughputs)
 
-    @property
+    @_frozen_cache
     def feasible(self) -> np.ndarray:
         """(n, k) bool: the job can run on the type (known positive throughput, enough GPUs)."""
         t = np.nan_to_num(self.placed_throughputs, nan=0.0)
         return (t > 0) & (self.scale_factors[:, None] <= self.counts[None, :])
 
-    @property
+    @_frozen_cache
     def solo_throughputs(self) -> np.ndarray:
         """(n, k) throughputs (placement-aware) with every infeasible entry set to exactly 0."""
         return np.where(self.feasible, np.nan_to_num(self.placed_throughputs, nan=0.0), 0.0)
 
-    @property
+    @_frozen_cache
     def pair_feasible(self) -> np.ndarray:
         """(P, k) bool: both members of the pair make progress together on the type, and it fits."""
         t = np.nan_to_num(self.pair_throughputs, nan=0.0)
         sf = self.scale_factors[self.pair_jobs[:, 0]]
         return (t > 0).all(axis=2) & (sf[:, None] <= self.counts[None, :])
 
-    @property
+    @_frozen_cache
     def shared_throughputs(self) -> np.ndarray:
         """(P, k, 2) pair throughputs with infeasible entries set to 0."""
         t = np.nan_to_num(self.pair_throughputs, nan=0.0)
