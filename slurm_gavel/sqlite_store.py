@@ -52,7 +52,12 @@ def _v1(db: sqlite_utils.Database):
     db["servers"].create({"name": str, "worker_type": str, "gpus": int, "time": float}, pk="name")
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1]
+def _v2(db: sqlite_utils.Database):
+    # progress the jobs report (iterator): steps done, for `gqueue` and the policies
+    db["jobs"].add_column("steps_done", float)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2]
 
 
 def _finite(v):
@@ -116,7 +121,8 @@ class SqliteStore:
             rows.append({"id": j.id, "name": j.name, "user": j.user, "account": j.account,
                          "model": j.job_type, "scale_factor": j.scale_factor, "weight": j.weight,
                          "entity": j.entity, "slo": _finite(j.slo), "steps": _finite(j.total_steps),
-                         "submitted": j.arrival_time, "last_seen": time_, "state": "active"})
+                         "submitted": j.arrival_time, "last_seen": time_, "state": "active",
+                         "steps_done": _finite(obs.steps_done.get(j.id))})
         with self._tx():
             known = {r[0] for r in self.db.execute("select id from jobs where state = 'active'")}
             new = [r for r in rows if r["id"] not in known

@@ -110,7 +110,7 @@ def _shortcut(cin, cout, stride):
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers, width=16, classes=10):
+    def __init__(self, block, layers, width=64, classes=10):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False),
                                   nn.BatchNorm2d(width), nn.ReLU())
@@ -129,7 +129,7 @@ class ResNet(nn.Module):
 
 
 class ImageClassification(Workload):
-    def __init__(self, depth: int, g: torch.Generator, samples=256, classes=10, width=16):
+    def __init__(self, depth: int, g: torch.Generator, samples=256, classes=10, width=64):
         super().__init__()
         block, layers = {18: (BasicBlock, [2, 2, 2, 2]), 50: (Bottleneck, [3, 4, 6, 3])}[depth]
         self.modules["model"] = ResNet(block, layers, width=width, classes=classes)
@@ -153,7 +153,7 @@ class ImageClassification(Workload):
 
 # -- Transformer (translation-style encoder-decoder) --------------------------------
 class Seq2Seq(nn.Module):
-    def __init__(self, vocab=64, d=64, heads=4, layers=2, ff=128, length=12):
+    def __init__(self, vocab=8000, d=256, heads=4, layers=3, ff=1024, length=16):
         super().__init__()
         self.src_emb = nn.Embedding(vocab, d)
         self.tgt_emb = nn.Embedding(vocab, d)
@@ -172,7 +172,7 @@ class Seq2Seq(nn.Module):
 class Translation(Workload):
     BOS = 1
 
-    def __init__(self, g, samples=512, vocab=64, length=12):
+    def __init__(self, g, samples=512, vocab=8000, length=16):
         super().__init__()
         self.vocab = vocab
         self.modules["model"] = Seq2Seq(vocab=vocab, length=length)
@@ -201,7 +201,7 @@ class Translation(Workload):
 
 # -- LSTM language model -------------------------------------------------------------
 class LSTMLM(nn.Module):
-    def __init__(self, vocab=1000, emb=64, hidden=128, layers=2):
+    def __init__(self, vocab=10000, emb=200, hidden=200, layers=2):
         super().__init__()
         self.emb = nn.Embedding(vocab, emb)
         self.lstm = nn.LSTM(emb, hidden, layers, dropout=0.2, batch_first=True)
@@ -213,7 +213,7 @@ class LSTMLM(nn.Module):
 
 
 class LanguageModel(Workload):
-    def __init__(self, g, samples=256, vocab=1000, bptt=20):
+    def __init__(self, g, samples=256, vocab=10000, bptt=35):
         super().__init__()
         self.vocab = vocab
         self.modules["model"] = LSTMLM(vocab)
@@ -245,7 +245,7 @@ class LanguageModel(Workload):
 
 # -- Recommendation: an autoencoder over users' item vectors (Recoder-style) ---------
 class AutoEncoder(nn.Module):
-    def __init__(self, items=2000, hidden=(256, 64)):
+    def __init__(self, items=10000, hidden=(512, 128)):
         super().__init__()
         self.encoder = nn.Sequential(nn.Linear(items, hidden[0]), nn.SELU(),
                                      nn.Linear(hidden[0], hidden[1]), nn.SELU())
@@ -260,7 +260,7 @@ class AutoEncoder(nn.Module):
 class Recommendation(Workload):
     batch_size = 128
 
-    def __init__(self, g, users=1024, items=2000, factors=16):
+    def __init__(self, g, users=1024, items=10000, factors=16):
         super().__init__()
         self.modules["model"] = AutoEncoder(items)
         # implicit feedback from a low-rank taste model: each user likes ~2% of items
@@ -295,7 +295,7 @@ class ResBlock(nn.Module):
         return x + self.body(x)
 
 
-def generator(c=16, blocks=2):
+def generator(c=32, blocks=6):
     return nn.Sequential(
         nn.Conv2d(3, c, 7, 1, 3), nn.InstanceNorm2d(c), nn.ReLU(),
         nn.Conv2d(c, 2 * c, 3, 2, 1), nn.InstanceNorm2d(2 * c), nn.ReLU(),
@@ -304,7 +304,7 @@ def generator(c=16, blocks=2):
         nn.Conv2d(c, 3, 7, 1, 3), nn.Tanh())
 
 
-def discriminator(c=16):
+def discriminator(c=32):
     return nn.Sequential(                       # a PatchGAN
         nn.Conv2d(3, c, 4, 2, 1), nn.LeakyReLU(0.2),
         nn.Conv2d(c, 2 * c, 4, 2, 1), nn.InstanceNorm2d(2 * c), nn.LeakyReLU(0.2),
