@@ -18,9 +18,10 @@ from .sqlite_store import SqliteStore
 
 COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",
-    "share": "SHARE", "time": "TIME", "priority": "PRIORITY", "rounds": "ROUNDS", "reason": "REASON",
+    "share": "SHARE", "time": "TIME", "priority": "PRIORITY", "rounds": "ROUNDS",
+    "progress": "STEPS", "reason": "REASON",
 }
-DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,reason"
+DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,progress,reason"
 
 
 def _hours(seconds: float) -> str:
@@ -61,6 +62,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
             "interim_share": j["id"] in interim,
             "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "priority": st.get("priority"), "rounds": rounds.get(j["id"], 0),
+            "steps_done": j.get("steps_done"), "steps": j.get("steps"),
             "reason": reason or "",
         })
     return out, worker_types
@@ -83,12 +85,17 @@ def cluster_rows(store: SqliteStore) -> list[dict]:
 
 
 def _cell(row: dict, key: str, worker_types: list[str]) -> str:
-    v = row[key]
+    v = row.get(key)
     if key == "share":
         text = "/".join(f"{v[t]:.2f}" for t in worker_types)
         return text + ("*" if row["interim_share"] else "")
     if key == "time":
         return "/".join(_hours(v[t]) for t in worker_types)
+    if key == "progress":
+        done, total = row["steps_done"], row["steps"]
+        if done is None:
+            return "-"
+        return f"{done:.0f}/{total:.0f}" if total else f"{done:.0f}"
     if key == "priority":
         return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
     if v is None or v == "":
