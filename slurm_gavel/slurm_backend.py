@@ -240,6 +240,9 @@ class SlurmBackend:
 
     # -- helpers ---------------------------------------------------------------------
     def _start_deferred(self) -> None:
+        """Start every deferred job that is no longer running: one `scontrol update` per
+        (partition, nodes) group and one `scontrol release` for all (Slurm takes id lists)."""
+        groups: dict[tuple[str, str], list[str]] = {}
         for job, a in list(self._deferred.items()):
             j = self._jobs.get(job)
             if j is None:
@@ -247,14 +250,26 @@ class SlurmBackend:
                 continue
             if j.running or "COMPLETING" in j.state:
                 continue                      # still stopping; next poll
-            partition = self._partition_of[a.worker_type]
-            nodes = ",".join(a.nodes)
-
-            def start(job=job, partition=partition, nodes=nodes):
-                self.cli.update([job], Partition=partition, NodeList=nodes, StartTime="now")
-                self.cli.release([job])
             del self._deferred[job]
-            self._act(f"start on {partition} {nodes}", [job], start)
+            groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(job)
+        if not groups:
+            return
+        ready = []
+        for (partition, nodes), jobs in groups.items():
+            ok = self._act(f"start on {partition} {nodes}", jobs,
+                           lambda jobs=jobs, p=partition, n=nodes:
+                           self.cli.update(jobs, Partition=p, NodeList=n, StartTime="now"))
+            if not ok and len(jobs) > 1:      # one bad id fails the list: go one by one
+                for job in jobs:
+                    if self._act(f"start on {partition} {nodes}", [job],
+                                 lambda job=job, p=partition, n=nodes:
+                                 self.cli.update([job], Partition=p, NodeList=n, StartTime="now")):
+                        ready.append(job)
+            elif ok:
+                ready += jobs
+        if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
+            for job in ready:
+                self._act("release", [job], lambda job=job: self.cli.release([job]))
 
     def _escalate(self, now: float) -> None:
         late = [job for job, p in self._preempted.items()
@@ -267,21 +282,24 @@ class SlurmBackend:
             for job in late:
                 self._preempted[job].escalated = True
 
-    def _act(self, what: str, jobs: list[str], action: Callable[[], None]) -> None:
+    def _act(self, what: str, jobs: list[str], action: Callable[[], None]) -> bool:
+        """Carry out (or, dry run, only log) an action; False if Slurm refused it."""
         for job in jobs:
             self.on_event("dry_run" if self.dry_run else "action", job, what)
         if self.dry_run:
             log.info("dry run: would %s: %s", what, ",".join(jobs))
-            return
+            return True
         log.info("%s: %s", what, ",".join(jobs))
         try:
             action()
+            return True
         except SlurmCommandError as e:
             # A job can finish between the poll and the action (scancel then
             # says "Invalid job id"); the next poll shows what really happened.
             log.error("%s failed for %s: %s", what, ",".join(jobs), e)
             for job in jobs:
                 self.on_event("action_failed", job, f"{what}: {e}")
+            return False
 
 
 __all__ = ["GAVEL_PREFIX", "SlurmBackend", "discover_partitions"]
