@@ -18,6 +18,7 @@ changes under 10 s.  Needs root, Slurm and MUNGE (as the tests do).
 
     python bench/daemon_round.py              # 500 jobs, 4 rounds
     python bench/daemon_round.py --jobs 200 --rounds 3
+    python bench/daemon_round.py --types v100=5x8,p100=5x8,k80=5x8 --gpus 1   # >100 changes a round
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from slurm_gavel import config as config_mod  # noqa: E402
 from slurm_gavel.daemon import Daemon  # noqa: E402
-from slurm_gavel.devcluster import (DEFAULT_TYPES, DevCluster, default_job_submit_lua,  # noqa: E402
-                                    node_list, pick_ports, unavailable_reason)
+from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua, node_list,  # noqa: E402
+                                    parse_types, pick_ports, unavailable_reason)
 from slurm_gavel.slurm_json import parse_jobs, parse_nodes  # noqa: E402
 
 
@@ -57,6 +58,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--types", default="v100=2x4,p100=2x4,k80=2x4",
+                        help="GPU types as NODESxGPUS (default: %(default)s)")
+    parser.add_argument("--gpus", default="1,2", help="GPUs per job, cycled (default: %(default)s)")
     args = parser.parse_args()
     why = unavailable_reason()
     if why:
@@ -64,8 +68,10 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="gavel-bench-", dir="/tmp") as tmp:
         tmp = Path(tmp)
-        ctld, slurmd = pick_ports(len(node_list(DEFAULT_TYPES)))
-        cluster = DevCluster(tmp / "c", DEFAULT_TYPES, ctld_port=ctld, slurmd_port=slurmd,
+        types = parse_types(args.types)
+        gpus = [int(g) for g in args.gpus.split(",")]
+        ctld, slurmd = pick_ports(len(node_list(types)))
+        cluster = DevCluster(tmp / "c", types, ctld_port=ctld, slurmd_port=slurmd,
                              job_submit_lua=default_job_submit_lua())
         cluster.up()
         try:
@@ -73,7 +79,7 @@ def main() -> int:
             models = ("convnet", "rl-agent", "translation", "language-model")
             for i in range(args.jobs):
                 cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--comment",
-                             f"gavel model={models[i % 4]} steps=1000", f"--gres=gpu:{1 + i % 2}",
+                             f"gavel model={models[i % 4]} steps=1000", f"--gres=gpu:{gpus[i % len(gpus)]}",
                              "--wrap", "trap 'exit 85' USR2; sleep 600 & wait"])
             print(f"submitted {args.jobs} gavel jobs in {time.perf_counter() - started:.1f} s")
             config = config_mod.from_dict({

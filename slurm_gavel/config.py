@@ -38,6 +38,8 @@ class Config:
     signal_all_steps: bool = False       # scancel --full (training under srun) instead of --batch
     requeue_exit_code: int = 85
     grace_seconds: float = 60.0          # after the signal, then `scontrol requeuehold`
+    progress_dir: str | None = None      # where jobs write progress (GAVEL_PROGRESS_DIR); else
+                                         # <job working directory>/.gavel/<job id>.jsonl
     slurm_bin_dir: str | None = None
     slurm_conf: str | None = None        # SLURM_CONF for the Slurm commands
     command_timeout_seconds: float = 30.0

@@ -90,7 +90,8 @@ class Daemon:
                                     signal=config.preemption_signal,
                                     signal_all_steps=config.signal_all_steps,
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
-                                    on_event=self._event, credited_until=self.store.last_observed())
+                                    on_event=self._event, credited_until=self.store.last_observed(),
+                                    progress_dir=config.progress_dir)
         self.engine = Engine(self.clock, self.backend, self._allocator(config),
                              FallbackThroughputs(self._table(config)), self.store,
                              config.round_seconds, prices=config.prices,

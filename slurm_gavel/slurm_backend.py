@@ -27,10 +27,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .backend import Departure, JobState, Observation, Usage
+from .backend import Departure, JobState, Measurement, Observation, Usage
 from .errors import GavelError, InputError
 from .flags import from_admin_comment
 from .mechanism import Assignment, RoundPlan, Server
+from .progress import candidate_paths, read_progress, summary
 from .slurm_json import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from .slurmcli import Backoff, SlurmCLI, SlurmCommandError
 
@@ -68,7 +69,7 @@ class SlurmBackend:
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | None = None,
                  signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
                  dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
-                 credited_until: float | None = None):
+                 credited_until: float | None = None, progress_dir: str | None = None):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
@@ -85,9 +86,13 @@ class SlurmBackend:
         self._departures: list[Departure] = []
         self._preempted: dict[str, _Preempted] = {}
         self._deferred: dict[str, Assignment] = {}     # starts waiting for the job to stop
+        self._starting: dict[str, tuple[Assignment, float]] = {}   # released, not yet running
+        self._planned: dict[str, Assignment] = {}
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
+        self.progress_dir = progress_dir
+        self._progress: dict[str, tuple] = {}          # path -> ((mtime, size), summary)
         self._nodes = parse_nodes(self.cli.nodes())    # fail early: Slurm must answer once
         self.partitions = dict(partitions) if partitions else discover_partitions(self._nodes)
         if not self.partitions:
@@ -192,6 +197,7 @@ class SlurmBackend:
                 weight=flags.weight, entity=flags.entity or j.account,
                 slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account))
         self._bad_flags = bad
+        steps_done, measurements = self._read_progress(states)
         servers = []
         for n in self._nodes:
             wt = next((self.partitions[p] for p in n.partitions if p in self.partitions), None)
@@ -206,12 +212,49 @@ class SlurmBackend:
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
             running.append(Assignment((job_id,), r.worker_type, tuple((n, j.gpus) for n in r.nodes)))
+        # Released but not started yet (Slurm starts a released job within seconds):
+        # to the mechanism it already holds its GPUs, so it is kept, not started twice.
+        for job_id, (a, at) in sorted(self._starting.items()):
+            j = self._jobs.get(job_id)
+            if j is None or j.running or "JobHeld" in j.reason or now - at > self.grace_seconds:
+                del self._starting[job_id]
+            else:
+                running.append(a)
         usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus if job in self._jobs
                                                           else 0) for n in nodes)), seconds)
                       for (job, wt, nodes), seconds in sorted(self._usage.items()))
         self._usage = {}
         departures, self._departures = tuple(self._departures), []
-        return Observation(now, tuple(states), tuple(servers), {}, tuple(running), usage, departures)
+        return Observation(now, tuple(states), tuple(servers), steps_done, tuple(running), usage,
+                           departures, measurements)
+
+    def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:
+        """Steps done and measured steps/s of each job, from the progress files its iterator
+        writes (a file is re-read only when it changed)."""
+        done: dict[str, float] = {}
+        seen: list[Measurement] = []
+        for state in states:
+            j = self._jobs.get(state.id)
+            for path in candidate_paths(state.id, j.work_dir if j else None, self.progress_dir):
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                key = (st.st_mtime_ns, st.st_size)
+                cached = self._progress.get(str(path))
+                if cached is None or cached[0] != key:
+                    cached = (key, summary(read_progress(path)))
+                    self._progress[str(path)] = cached
+                info = cached[1]
+                if info is None:
+                    continue
+                if isinstance(info.get("step"), (int, float)):
+                    done[state.id] = float(info["step"])
+                wt = self.partitions.get(info.get("partition") or "")
+                if info.get("steps_per_second") and wt and j is not None and j.running:
+                    seen.append(Measurement(state.id, wt, float(info["steps_per_second"])))
+                break
+        return done, tuple(seen)
 
     @property
     def bad_flags(self) -> dict[str, str]:
@@ -220,6 +263,11 @@ class SlurmBackend:
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
+        unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
+        if unstart:
+            self._act("hold", unstart, lambda: self.cli.hold(unstart))
+            for job in unstart:
+                del self._starting[job]
         if stop:
             self._act(f"signal {self.signal}", stop,
                       lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps))
@@ -251,25 +299,26 @@ class SlurmBackend:
             if j.running or "COMPLETING" in j.state:
                 continue                      # still stopping; next poll
             del self._deferred[job]
+            self._planned[job] = a
             groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(job)
         if not groups:
             return
+        # `scontrol update` takes a list of job ids for Partition or StartTime, but
+        # 22.05 answers "Invalid job ID" to a list together with NodeList: one
+        # update per job, then one release for all of them.
         ready = []
         for (partition, nodes), jobs in groups.items():
-            ok = self._act(f"start on {partition} {nodes}", jobs,
-                           lambda jobs=jobs, p=partition, n=nodes:
-                           self.cli.update(jobs, Partition=p, NodeList=n, StartTime="now"))
-            if not ok and len(jobs) > 1:      # one bad id fails the list: go one by one
-                for job in jobs:
-                    if self._act(f"start on {partition} {nodes}", [job],
-                                 lambda job=job, p=partition, n=nodes:
-                                 self.cli.update([job], Partition=p, NodeList=n, StartTime="now")):
-                        ready.append(job)
-            elif ok:
-                ready += jobs
+            for job in jobs:
+                if self._act(f"start on {partition} {nodes}", [job],
+                             lambda job=job, p=partition, n=nodes:
+                             self.cli.update([job], Partition=p, NodeList=n, StartTime="now")):
+                    ready.append(job)
         if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
-            for job in ready:
-                self._act("release", [job], lambda job=job: self.cli.release([job]))
+            ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
+        now = self.clock.now()
+        for job in ready:
+            self._starting[job] = (self._planned[job], now)
+        self._planned.clear()
 
     def _escalate(self, now: float) -> None:
         late = [job for job, p in self._preempted.items()

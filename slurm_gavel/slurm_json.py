@@ -112,6 +112,7 @@ class SlurmJob:
     start_time: float | None
     end_time: float | None
     exit_code: int | None
+    work_dir: str = ""
 
     @property
     def primary_state(self) -> str:
@@ -173,7 +174,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             node_count=int(number(j.get("node_count"), 1) or 1),
             restarts=int(number(j.get("restart_cnt"), 0) or 0),
             submit_time=number(j.get("submit_time")), start_time=start or None,
-            end_time=end or None, exit_code=_exit_code(j.get("exit_code"))))
+            end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
+            work_dir=text(j.get("current_working_directory"))))
     return jobs
 
 

@@ -39,6 +39,8 @@ while [ "$step" -lt "$TOTAL" ]; do
   sleep 1
   step=$((step + 1))
   echo "$step" > "$state.tmp" && mv "$state.tmp" "$state"
+  # a progress record, as the iterator writes them (slurm_gavel/progress.py)
+  echo "{\"job\": \"$SLURM_JOB_ID\", \"event\": \"progress\", \"step\": $step, \"steps_per_second\": 1.0, \"partition\": \"$SLURM_JOB_PARTITION\", \"time\": $(date +%s)}" >> "$GAVEL_PROGRESS_DIR/$SLURM_JOB_ID.jsonl"
   if [ "$stop" = 1 ]; then
     echo "segment $SLURM_JOB_PARTITION $begin $(date +%s.%N)" >> "$dir/$SLURM_JOB_ID.segments"
     echo "checkpoint at $step"
@@ -53,7 +55,9 @@ MODELS = ("convnet", "rl-agent", "translation", "language-model")
 
 
 def write_config(tmp: Path, cluster, **extra) -> Path:
+    (tmp / "progress").mkdir(exist_ok=True)
     settings = {"slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
+                "progress_dir": str(tmp / "progress"),
                 "round_seconds": 15, "tick_seconds": TICK, "grace_seconds": 10,
                 "throughputs": str(TOY_TABLE)}
     settings.update(extra)
@@ -70,7 +74,8 @@ def submit(cluster, tmp: Path, model: str, gpus: int, steps: int, extra=()) -> s
     script = tmp / "job.sh"
     if not script.exists():
         script.write_text(JOB)
-    out = cluster.run(["sbatch", "--parsable", f"--export=ALL,TOTAL={steps},JOBDIR={tmp}",
+    out = cluster.run(["sbatch", "--parsable",
+                       f"--export=ALL,TOTAL={steps},JOBDIR={tmp},GAVEL_PROGRESS_DIR={tmp / 'progress'}",
                        "-o", str(tmp / "out-%j.txt"), "--comment", f"gavel model={model} steps={steps}",
                        f"--gres=gpu:{gpus}", *extra, str(script)]).stdout
     return out.strip().split(";")[0]
@@ -167,8 +172,10 @@ def test_jobs_are_preempted_moved_resumed_and_all_complete(clean, tmp_path):
             assert abs(recorded - seconds) <= n * (TICK + 1.5), (job, partition, recorded, seconds)
     assert restarted >= 2, "no job was preempted and resumed"
     assert moved >= 1, "no job moved between GPU types"
-    done = {r["id"] for r in store.jobs(states=("completed",))}
-    assert set(jobs) <= done
+    done = {r["id"]: r for r in store.jobs(states=("completed",))}
+    assert set(jobs) <= set(done)
+    # the daemon read the jobs' progress reports
+    assert all(done[job]["steps_done"] and done[job]["steps_done"] > 0 for job in jobs)
 
 
 def test_dry_run_decides_but_changes_nothing(clean, tmp_path):
