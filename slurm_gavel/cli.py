@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         register(commands)
+    from .submit import register as register_submit
+    register_submit(commands)
     return parser
 
 

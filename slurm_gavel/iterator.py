@@ -22,8 +22,9 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
 - Construction installs a handler for ``signal_name`` (default USR2) that only
   sets a flag, then loads the newest checkpoint in ``checkpoint_dir``, if any, by
   calling ``load_checkpoint(path)``, and continues from the step it was saved at.
-  Construct the iterator early: until then the signal's default action (end the
-  process) applies.
+  Construct the iterator early, or call `catch_signal_early()` first thing in
+  the script: before either, the signal's default action (end the process)
+  applies.
 - At every step boundary (each ``next()``): when the flag is set (on any rank, see
   below), ``save_checkpoint(tmp)`` writes the checkpoint to a temporary path in
   ``checkpoint_dir``, the iterator fsyncs it and renames it to its final name
@@ -33,7 +34,8 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
   blocks and context managers of the script run).
 - It iterates the loader epoch after epoch and stops (StopIteration, ``done``
   record) after ``total_steps`` steps in all, counted across restarts; the script
-  then ends normally (exit 0). Without ``total_steps``: one epoch
+  then ends normally (exit 0). A signal after the last step is ignored. (No
+  checkpoint is saved at the end: save the final model yourself.) Without ``total_steps``: one epoch
   (``len(data_loader)`` steps; with a loader that has no length, until it is
   exhausted).
 - Progress: JSON lines appended to ``$GAVEL_PROGRESS_DIR/<jobid>.jsonl``, else
@@ -101,8 +103,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from . import progress as _progress
 
@@ -151,7 +154,7 @@ def list_checkpoints(directory) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def newest_checkpoint(directory) -> Optional[tuple[int, Path]]:
+def newest_checkpoint(directory) -> tuple[int, Path] | None:
     found = list_checkpoints(directory)
     return found[-1] if found else None
 
@@ -198,6 +201,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_early = {"signum": None, "received": False}
+
+
+def catch_signal_early(signal_name="USR2") -> None:
+    """Under Slurm, start catching the preemption signal now, before the iterator exists.
+
+    Call it first thing in a training script whose setup (imports, building the
+    model and data) takes a while: a signal that arrives meanwhile is remembered,
+    and the GavelIterator created later checkpoints and exits at its first step
+    boundary. Without it, such a signal ends the process (its default action).
+    Does nothing without ``SLURM_JOB_ID``.
+    """
+    if not os.environ.get("SLURM_JOB_ID"):
+        return
+    signum = signal_number(signal_name)
+
+    def remember(_signum, _frame):
+        _early["received"] = True
+    _signal.signal(signum, remember)
+    _early["signum"] = signum
+
+
 class _Dist:
     """The few torch.distributed calls the iterator makes (None when not distributed)."""
 
@@ -223,7 +248,7 @@ class _Dist:
         return int(t.item())
 
 
-def _distributed() -> Optional[_Dist]:
+def _distributed() -> _Dist | None:
     try:
         return _Dist()
     except LookupError:
@@ -241,9 +266,9 @@ class GavelIterator:
 
     def __init__(self, data_loader: Iterable, load_checkpoint: Callable[[str], Any],
                  save_checkpoint: Callable[[str], Any], checkpoint_dir=None,
-                 total_steps: Optional[int] = None, signal_name="USR2",
+                 total_steps: int | None = None, signal_name="USR2",
                  requeue_exit_code: int = REQUEUE_EXIT_CODE, progress: bool = True,
-                 progress_interval: Optional[float] = None, sync_every: int = 1,
+                 progress_interval: float | None = None, sync_every: int = 1,
                  keep_checkpoints: int = 1):
         if total_steps is not None and (int(total_steps) != total_steps or total_steps < 0):
             raise ValueError(f"total_steps must be a whole number >= 0, got {total_steps!r}")
@@ -303,6 +328,9 @@ class GavelIterator:
                                "(Python delivers signals to the main thread only)")
         self._signum = signum
         self._previous_handler = _signal.signal(signum, self._on_signal)
+        if _early["signum"] == signum and _early["received"]:
+            self._flag = True            # came during the script's setup
+            _early["received"] = False
 
     def _on_signal(self, signum, frame) -> None:
         self._flag = True            # nothing else: acted on at the next step boundary
@@ -316,7 +344,11 @@ class GavelIterator:
         self._flag = True
 
     def close(self) -> None:
-        """Restore the previous signal handler (done automatically when finished)."""
+        """Restore the previous signal handler.
+
+        Not done automatically: after the last step, or while exiting 85, a further
+        signal must be ignored rather than end the process (a job killed by a signal
+        is not requeued held)."""
         if self._signum is not None:
             _signal.signal(self._signum, self._previous_handler or _signal.SIG_DFL)
             self._signum = None
@@ -356,7 +388,7 @@ class GavelIterator:
             if _TMP.match(entry):
                 _remove(self.checkpoint_dir / entry)
 
-    def checkpoint(self) -> Optional[Path]:
+    def checkpoint(self) -> Path | None:
         """Save a checkpoint of the current step now (rank 0; collective when distributed).
 
         Returns its path on rank 0, None elsewhere. Raises when the save failed on
@@ -368,7 +400,7 @@ class GavelIterator:
         if self.rank == 0:
             try:
                 path = self._save(self.step)
-            except BaseException as e:      # noqa: B036 -- reported to the other ranks first
+            except BaseException as e:  # noqa: BLE001 -- told to the other ranks, then re-raised
                 error = e
         if self._dist:
             ok = self._dist.max(1 if (self.rank == 0 and error is None) else 0)
@@ -426,7 +458,7 @@ class GavelIterator:
                 _log(f"cannot write progress to {self.progress_path}: {e} (training goes on)")
             self._progress_failed = True
 
-    def _rate(self, now: float) -> Optional[float]:
+    def _rate(self, now: float) -> float | None:
         elapsed = now - self._last_time
         steps = self.step - self._last_step
         if elapsed <= 0 or steps <= 0:
@@ -451,7 +483,7 @@ class GavelIterator:
                 obj.set_epoch(epoch)
                 return
 
-    def _epoch_length(self) -> Optional[int]:
+    def _epoch_length(self) -> int | None:
         try:
             return len(self.data_loader)
         except TypeError:
@@ -516,7 +548,7 @@ class GavelIterator:
             self._start_data()
         if self._stop_requested():
             self._preempt()
-        if self.progress_path is not None and \
+        if self.progress_path is not None and self.step > self._last_step and \
                 time.monotonic() - self._last_time >= self.progress_interval:
             self._measured("progress")
         try:
@@ -528,23 +560,26 @@ class GavelIterator:
         return batch
 
     def _finish(self) -> None:
+        # The signal handler stays installed: a signal that comes after the last
+        # step is ignored (the job is about to exit 0), not fatal.
         self._finished = True
         self._measured("done")
-        self.close()
 
     def _preempt(self) -> None:
         signame = _signal.Signals(self._signum).name if self._signum else "request"
-        if self.checkpoint_dir is None:       # pragma: no cover -- managed runs always have one
-            raise RuntimeError("preempted but no checkpoint_dir")
+        if self.checkpoint_dir is None:       # request_stop() off Slurm without a directory
+            raise RuntimeError("stop requested but there is no checkpoint_dir to save to")
         path = self.checkpoint()
         if self.rank == 0:
             self._measured("checkpoint", save_seconds=round(self.save_seconds, 6))
             _log(f"{signame}: checkpoint of step {self.step} saved to {path} in "
                  f"{self.save_seconds:.2f} s; exiting {self.requeue_exit_code} (requeue held)")
+        # The handler stays: a second signal while exiting must not kill the process
+        # (killed by a signal, the job would not be requeued held).
         sys.stdout.flush()
         sys.stderr.flush()
         sys.exit(self.requeue_exit_code)
 
     @property
-    def remaining(self) -> Optional[int]:
+    def remaining(self) -> int | None:
         return None if self.total_steps is None else max(0, self.total_steps - self.step)

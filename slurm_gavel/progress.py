@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 EVENTS = ("start", "progress", "checkpoint", "done")
 PROGRESS_DIR_ENV = "GAVEL_PROGRESS_DIR"
@@ -45,8 +45,8 @@ SUBDIR = ".gavel"
 SUFFIX = ".jsonl"
 
 
-def progress_path(job_id: str, env: Optional[Mapping[str, str]] = None,
-                  work_dir: Optional[str] = None) -> Path:
+def progress_path(job_id: str, env: Mapping[str, str] | None = None,
+                  work_dir: str | None = None) -> Path:
     """The progress file of job `job_id`.
 
     Inside a job, call it with the job's environment (the default, `os.environ`).
@@ -64,8 +64,8 @@ def progress_path(job_id: str, env: Optional[Mapping[str, str]] = None,
     return Path(base) / SUBDIR / f"{job_id}{SUFFIX}"
 
 
-def candidate_paths(job_id: str, work_dir: Optional[str],
-                    progress_dir: Optional[str] = None) -> list[Path]:
+def candidate_paths(job_id: str, work_dir: str | None,
+                    progress_dir: str | None = None) -> list[Path]:
     """Where the daemon looks for job `job_id`'s records, in order."""
     out = []
     if progress_dir:
@@ -116,13 +116,13 @@ def read_progress(path) -> list[dict]:
     return out
 
 
-def latest(path) -> Optional[dict]:
+def latest(path) -> dict | None:
     """The newest complete record in `path`, or None."""
     records = read_progress(path)
     return records[-1] if records else None
 
 
-def summary(records: list[dict]) -> Optional[dict]:
+def summary(records: list[dict]) -> dict | None:
     """What the daemon needs from one job's records: None when there are none.
 
     ``step`` and ``total_steps`` come from the newest record; ``steps_per_second``

@@ -32,5 +32,13 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
+# The job side (slurm_gavel.iterator, the job templates) and its tests train real PyTorch
+# models. Pin the CPU build that the package index here carries: an unpinned torch would
+# pull a multi-GB CUDA build. setup.cfg's `torch` extra (torch>=2.0,<3) accepts it.
+TORCH_VERSION="${GAVEL_TORCH_VERSION:-2.13.0}"
+if ! "$VENV/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" \
+        >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip install --quiet "torch==$TORCH_VERSION"
+fi
 "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test]"
 export PATH="$VENV/bin:$PATH"

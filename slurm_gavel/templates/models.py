@@ -10,7 +10,7 @@ actor-critic). Needs torch.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -30,11 +30,11 @@ class Workload:
     batch_size: int = 4
 
     def __init__(self):
-        self.modules: Dict[str, nn.Module] = {}
-        self.optimizers: Dict[str, torch.optim.Optimizer] = {}
-        self.data: Optional[Dataset] = None
+        self.modules: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.data: Dataset | None = None
 
-    def to(self, device) -> "Workload":
+    def to(self, device) -> Workload:
         for m in self.modules.values():
             m.to(device)
         self.device = device

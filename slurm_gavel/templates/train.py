@@ -50,6 +50,9 @@ def _free_port() -> int:
 
 
 def main(argv=None) -> int:
+    from slurm_gavel.iterator import catch_signal_early
+
+    catch_signal_early("USR2")         # before the slow part: importing torch, building
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.gpus > 1 and "RANK" not in os.environ:
         return _launch(args, sys.argv[1:] if argv is None else list(argv))
@@ -89,6 +92,31 @@ def _launch(args, argv) -> int:
         print(f"gavel: ranks exited with {[code, *codes]}", file=sys.stderr, flush=True)
         return code if code not in (0, 85) else 1
     return code
+
+
+def checkpoint_functions(job, device):
+    """(save, load) callbacks for GavelIterator: the workload's state and the RNG states."""
+    import torch
+
+    cuda = device.type == "cuda"
+
+    def save(path):
+        state = job.state_dict()
+        state["rng"] = torch.get_rng_state()
+        state["py_rng"] = random.getstate()
+        if cuda:
+            state["cuda_rng"] = torch.cuda.get_rng_state()
+        torch.save(state, path)
+
+    def load(path):
+        state = torch.load(path, map_location=device, weights_only=False)
+        job.load_state_dict(state)
+        torch.set_rng_state(state["rng"].cpu())
+        random.setstate(state["py_rng"])
+        if cuda and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu())
+
+    return save, load
 
 
 def train(args) -> int:
@@ -140,21 +168,7 @@ def train(args) -> int:
                     dist.all_reduce(p.grad)
                     p.grad /= world
 
-    def save(path):
-        state = job.state_dict()
-        state["rng"] = torch.get_rng_state()
-        state["py_rng"] = random.getstate()
-        if cuda:
-            state["cuda_rng"] = torch.cuda.get_rng_state()
-        torch.save(state, path)
-
-    def load(path):
-        state = torch.load(path, map_location=device, weights_only=False)
-        job.load_state_dict(state)
-        torch.set_rng_state(state["rng"].cpu())
-        random.setstate(state["py_rng"])
-        if cuda and "cuda_rng" in state:
-            torch.cuda.set_rng_state(state["cuda_rng"].cpu())
+    save, load = checkpoint_functions(job, device)
 
     it = GavelIterator(loader, load, save, checkpoint_dir=args.checkpoint_dir,
                        total_steps=args.steps)

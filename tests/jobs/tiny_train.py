@@ -69,16 +69,15 @@ def main():
     it = GavelIterator(loader, load, save, total_steps=total,
                        checkpoint_dir=os.environ.get("TINY_CHECKPOINT_DIR"))
     sleep = float(os.environ.get("TINY_SLEEP", "0.02"))
-    log = open(os.path.join(out, f"batches-{rank}.log"), "a")
-    for xb, yb, ib in it:
-        opt.zero_grad()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
-        loss.backward()
-        opt.step()
-        log.write(f"step {it.step}: {','.join(str(int(i)) for i in ib)}\n")
-        log.flush()
-        time.sleep(sleep)
-    log.close()
+    with open(os.path.join(out, f"batches-{rank}.log"), "a") as log:
+        for xb, yb, ib in it:
+            opt.zero_grad()
+            loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
+            loss.backward()
+            opt.step()
+            log.write(f"step {it.step}: {','.join(str(int(i)) for i in ib)}\n")
+            log.flush()
+            time.sleep(sleep)
     params = {k: v.detach().clone() for k, v in model.state_dict().items()}
     torch.save({"params": params, "step": it.step, "start": it.start_step},
                os.path.join(out, f"final-{rank}.pt"))

@@ -1,0 +1,74 @@
+"""`slurm-gavel submit TEMPLATE`: render a job template and submit it with sbatch.
+
+    slurm-gavel submit resnet50 --steps 2000 --gpus 1 --weight 2 --slo 36h -- --partition v100
+
+Everything after ``--`` goes to sbatch unchanged. The script is rendered by
+`slurm_gavel.templates.render` (a pure function) and passed to ``sbatch
+--parsable`` on standard input, with an argument list (no shell); the job runs
+in the current directory, which also holds its checkpoints and progress
+(``.gavel/``). ``--dry-run`` prints the script instead.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import templates
+from .slurmcli import SlurmCLI
+
+
+class _SubmitParser(argparse.ArgumentParser):
+    """Splits off everything after the first ``--`` as sbatch's arguments.
+
+    argparse alone cannot take options after a positional and then ``--`` and more
+    positionals (`submit resnet18 --steps 5 -- -p v100`) on every Python version.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        extra = []
+        if "--" in args:
+            cut = args.index("--")
+            args, extra = args[:cut], args[cut + 1:]
+        ns, rest = super().parse_known_args(args, namespace)
+        ns.sbatch_args = extra
+        return ns, rest
+
+
+def register(commands) -> argparse.ArgumentParser:
+    """Add `submit` to an argparse subparsers object (sets `handler`)."""
+    names = templates.available() or list(templates.NAMES)
+    p = commands.add_parser(
+        "submit", help="render a PyTorch job template and submit it with sbatch",
+        description="Render a job template (real PyTorch training made preemptible by "
+                    "slurm-gavel's iterator) and submit it with sbatch; prints the job id. "
+                    "Arguments after -- go to sbatch.",
+        epilog=f"templates: {', '.join(names)} (in {templates.templates_dir()})")
+    p.__class__ = _SubmitParser
+    p.add_argument("template", metavar="TEMPLATE",
+                   help="a template name, or the path of an .sbatch template")
+    p.add_argument("--steps", type=int, default=templates.DEFAULT_STEPS, metavar="N",
+                   help="total training steps (default: %(default)s)")
+    p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs (default: %(default)s)")
+    p.add_argument("--weight", metavar="W", help="gavel weight flag, e.g. 2")
+    p.add_argument("--slo", metavar="DURATION", help="gavel SLO flag, e.g. 36h")
+    p.add_argument("--python", default=sys.executable, metavar="PATH",
+                   help="interpreter that runs the training on the nodes (default: this one, "
+                        "%(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="print the script, do not submit")
+    p.set_defaults(handler=cmd_submit, sbatch_args=[])
+    return p
+
+
+def cmd_submit(args, cli: SlurmCLI | None = None) -> int:
+    """Handler of `submit`. Errors are raised (InputError, SlurmCommandError) for the CLI."""
+    script = templates.render(args.template, steps=args.steps, gpus=args.gpus,
+                              weight=args.weight, slo=args.slo, python=args.python)
+    if args.dry_run:
+        sys.stdout.write(script)
+        return 0
+    cli = cli or SlurmCLI()
+    done = cli.run(["sbatch", "--parsable", *args.sbatch_args], input=script)
+    job_id = done.stdout.strip().split(";")[0]
+    print(job_id)
+    return 0

@@ -1,0 +1,72 @@
+"""slurm_gavel.progress: the file location contract, appends, and a reader that
+tolerates torn lines (no torch)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_gavel.progress import (
+    append_record,
+    candidate_paths,
+    latest,
+    progress_path,
+    read_progress,
+    summary,
+)
+
+
+def test_location_contract(tmp_path):
+    assert progress_path("42", env={"GAVEL_PROGRESS_DIR": "/spool", "SLURM_SUBMIT_DIR": "/home/u"}) \
+        == Path("/spool/42.jsonl")
+    assert progress_path("42", env={"SLURM_SUBMIT_DIR": "/home/u"}) == Path("/home/u/.gavel/42.jsonl")
+    assert progress_path(42, env={}, work_dir="/w") == Path("/w/.gavel/42.jsonl")
+    assert candidate_paths("42", "/w", "/spool") == [Path("/spool/42.jsonl"), Path("/w/.gavel/42.jsonl")]
+    assert candidate_paths("42", None) == []
+    for bad in ("", "../x", "a/b"):
+        with pytest.raises(ValueError):
+            progress_path(bad, env={})
+
+
+def test_appends_accumulate_and_a_torn_last_line_is_skipped(tmp_path):
+    path = tmp_path / "d" / "1.jsonl"                  # the directory is created
+    assert read_progress(path) == [] and latest(path) is None
+    append_record(path, {"event": "start", "step": 0, "partition": "v100", "steps_per_second": None})
+    append_record(path, {"event": "progress", "step": 50, "partition": "v100", "steps_per_second": 2.5})
+    append_record(path, {"event": "checkpoint", "step": 60, "partition": "v100", "steps_per_second": 2.0})
+    # a second process (a restart) appends to the same file
+    code = ("from slurm_gavel.progress import append_record; import sys; "
+            "append_record(sys.argv[1], {'event': 'start', 'step': 60, 'partition': 'k80', "
+            "'steps_per_second': None})")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    with open(path, "ab") as f:
+        f.write(b'{"event": "progress", "step": 7')          # torn: killed in the middle
+    records = read_progress(path)
+    assert [(r["event"], r["step"]) for r in records] == \
+        [("start", 0), ("progress", 50), ("checkpoint", 60), ("start", 60)]
+    assert latest(path)["partition"] == "k80"
+    s = summary(records)
+    assert s["step"] == 60 and s["partition"] == "k80" and s["steps_per_second"] is None
+    assert not s["done"]
+    # a line torn in the middle of the file (then completed ones after it)
+    with open(path, "ab") as f:
+        f.write(b"\n")
+    append_record(path, {"event": "done", "step": 100, "partition": "k80", "steps_per_second": 4.0})
+    records = read_progress(path)
+    assert [r["event"] for r in records][-1] == "done" and len(records) == 5
+    s = summary(records)
+    assert s["done"] and s["steps_per_second"] == 4.0 and s["step"] == 100
+    for line in path.read_bytes().splitlines()[:3]:
+        json.loads(line)                                     # one JSON object per line
+
+
+def test_summary_rate_comes_from_the_current_partition():
+    records = [{"event": "progress", "step": 10, "partition": "v100", "steps_per_second": 9.0},
+               {"event": "start", "step": 10, "partition": "k80", "steps_per_second": None}]
+    assert summary(records)["steps_per_second"] is None
+    records.append({"event": "progress", "step": 12, "partition": "k80", "steps_per_second": 1.5})
+    assert summary(records)["steps_per_second"] == 1.5
+    assert summary([]) is None
