@@ -8,6 +8,7 @@ agree with it.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -274,3 +275,50 @@ def test_gpus_of_other_jobs_are_left_alone_and_sighup_reloads(clean, tmp_path):
         code, log = stop_daemon(daemon)
     assert code == 0, log[-3000:]
     assert "reloaded" in log and "rounds of 8 s" in log
+
+
+def test_a_pytorch_template_job_is_moved_by_the_daemon_and_finishes_its_steps(clean, tmp_path):
+    """Real training (job_templates/resnet18) among bash jobs that keep the cluster full:
+    the daemon preempts it, it checkpoints, moves to another GPU type, resumes, and
+    ends with exactly its steps; gqueue shows its progress meanwhile."""
+    pytest.importorskip("torch")
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=10, tick_seconds=1)
+    env = dict(cluster.env, GAVEL_PROGRESS_DIR=str(tmp_path / "progress"))
+    steps = 80
+    out = subprocess.run([sys.executable, "-m", "slurm_gavel", "submit", "resnet18", "--steps", str(steps),
+                          "--", "-o", str(tmp_path / "template-%j.out"),
+                          f"--export=ALL,GAVEL_PROGRESS_DIR={tmp_path / 'progress'}"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    template = out.stdout.strip().split()[-1]
+    fillers = {submit(cluster, tmp_path, MODELS[i % 4], 2, 40): 40 for i in range(12)}  # 25 GPUs asked of 24
+    daemon = start_daemon(config)
+    progress_seen = False
+    try:
+        deadline = time.time() + 420
+        while time.time() < deadline:
+            if queue(cluster).get(template) in (None, "COMPLETED"):
+                break
+            shown = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db",
+                                    str(tmp_path / "gavel.db"), "-j", template, "-o", "jobid,progress",
+                                    "--json"], capture_output=True, text=True)
+            if shown.returncode == 0:
+                rows = json.loads(shown.stdout)["jobs"]
+                progress_seen |= bool(rows and rows[0]["steps_done"])
+            assert daemon.poll() is None, daemon.communicate()[0][-3000:]
+            time.sleep(2)
+        else:
+            pytest.fail("the template job did not finish in 420 s")
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    text = (tmp_path / f"template-{template}.out").read_text()
+    starts = [line for line in text.splitlines() if line.startswith("gavel template resnet18: step")]
+    assert f"done, {steps} steps" in text, text[-2000:]
+    assert len(starts) >= 2, text[-2000:]                       # it was preempted and resumed
+    partitions = {line.split("partition ")[1].rstrip(")") for line in starts}
+    resumed_at = [int(line.split("step ")[1].split("/")[0]) for line in starts]
+    assert resumed_at[0] == 0 and all(b > 0 for b in resumed_at[1:]), starts   # from its checkpoint
+    assert len(partitions) >= 2, starts                          # on another GPU type
+    assert progress_seen, "gqueue never showed the job's progress"
