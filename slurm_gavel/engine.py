@@ -4,9 +4,10 @@ Each round (`step`):
 
 1. observe the backend; credit what really ran to the mechanism's ledger;
    forget jobs that left;
-2. on a reset event (a job arrived or left, the usable servers changed, or
-   the optional recompute timer fired) build a `PolicyInput` and submit it
-   to the allocator (which may take its time: see recompute.py);
+2. on a reset event (a job arrived or left, the usable servers changed, the
+   optional recompute timer fired, or a learning throughput source says the
+   estimates the policy saw have moved: `stale()`) build a `PolicyInput` and
+   submit it to the allocator (which may take its time: see recompute.py);
 3. compose the allocation in force: the newest solved X for the jobs it
    knows, the heterogeneity-agnostic (isolated) share for jobs that arrived
    since; when it changes, the ledger's since-reset time restarts (at most
@@ -157,6 +158,9 @@ class Engine:
         jobs_changed = job_ids != self._job_ids or obs.servers != self._servers
         timer = (self.recompute_seconds is not None and job_ids
                  and now - self._last_submit >= self.recompute_seconds)
+        # a learning source whose estimates moved since the policy saw them (estimator)
+        stale = getattr(self.throughputs, "stale", None)
+        timer = timer or bool(job_ids and stale is not None and stale())
         if jobs_changed or timer:
             self._job_ids, self._servers = job_ids, obs.servers
             self.unschedulable = {}

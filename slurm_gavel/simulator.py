@@ -262,12 +262,13 @@ class SimulatedCluster:
         for a in self._running:
             held = 0.0
             wt = a.worker_type
+            made = {}
             for job in a.jobs:
                 state = active.get(job)
                 if state is None:
                     continue
                 cost = ckpt if job in started else 0.0
-                rate = rates.get(job, 0.0)
+                rate = made[job] = rates.get(job, 0.0)
                 useful = length - cost if length > cost else 0.0
                 if rate > 0 and (state.total_steps - done[job]) <= rate * useful:
                     ran = cost + (state.total_steps - done[job]) / rate
@@ -286,8 +287,11 @@ class SimulatedCluster:
             if self.measure and held > 0:
                 spread = len(a.servers) > 1
                 for i, job in enumerate(a.jobs):
+                    if job not in made:
+                        continue
                     partner = a.jobs[1 - i] if len(a.jobs) == 2 else None
-                    self._measurements.append(Measurement(job, wt, rates.get(job, 0.0), partner, spread))
+                    # the rate it ran at (read before a completion drops it from `rates`)
+                    self._measurements.append(Measurement(job, wt, made[job], partner, spread))
         self.busy_gpu_seconds += busy
         if departed:
             self._running = tuple(a for a in self._running if all(j in active for j in a.jobs))

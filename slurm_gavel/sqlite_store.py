@@ -1,4 +1,5 @@
-"""The daemon's state in SQLite: jobs, time per GPU type, rounds, allocations, placements, events.
+"""The daemon's state in SQLite: jobs, time per GPU type, rounds, allocations, placements, events,
+and (schema v2) measured and estimated throughputs (slurm_gavel.estimator).
 
 Written by the engine (through the `Store` methods) and by the daemon
 (`status`: why each job waits), read by `slurm-gavel queue` while the daemon
@@ -260,6 +261,52 @@ class SqliteStore:
             if r["action"] != "preempt":
                 out[r["job"]] = r
         return out
+
+    # -- throughputs (schema v2; slurm_gavel.estimator) --------------------------------
+    def load_throughputs(self) -> tuple[list[dict], list[dict]]:
+        """(model-level rows, job-level rows) of measured throughputs."""
+        return ([dict(r) for r in self.db.query("select * from measured_throughputs")],
+                [dict(r) for r in self.db.query("select * from job_throughputs")])
+
+    def save_throughputs(self, model_rows: Iterable[Mapping], job_rows: Iterable[Mapping] = ()) -> None:
+        model_rows, job_rows = list(model_rows), list(job_rows)
+        with self._tx():
+            if model_rows:
+                self.db["measured_throughputs"].upsert_all(
+                    model_rows, pk=("model", "scale_factor", "worker_type", "partner", "spread"))
+            if job_rows:
+                self.db["job_throughputs"].upsert_all(job_rows, pk=("job", "worker_type", "partner", "spread"))
+
+    def replace_measured_throughputs(self, model_rows: Iterable[Mapping]) -> None:
+        """Replace every model-level row (an import with --replace)."""
+        with self._tx():
+            self.db.execute("delete from measured_throughputs")
+            rows = list(model_rows)
+            if rows:
+                self.db["measured_throughputs"].insert_all(rows)
+
+    def forget_job_throughputs(self, jobs: Iterable[str]) -> None:
+        jobs = list(jobs)
+        with self._tx():
+            for i in range(0, len(jobs), 500):
+                chunk = jobs[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                self.db.execute(f"delete from job_throughputs where job in ({marks})", chunk)
+                self.db.execute(f"delete from throughput_estimates where job in ({marks})", chunk)
+
+    def save_estimates(self, rows: Iterable[Mapping]) -> None:
+        """The estimates the policy was given (per job and type); rows of other jobs stay."""
+        rows = list(rows)
+        if not rows:
+            return
+        with self._tx():
+            self.db["throughput_estimates"].upsert_all(rows, pk=("job", "worker_type"))
+
+    def throughput_estimates(self, active_only: bool = True) -> list[dict]:
+        sql = "select e.* from throughput_estimates e"
+        if active_only:
+            sql += " join jobs j on j.id = e.job where j.state = 'active'"
+        return [dict(r) for r in self.db.query(sql + " order by e.job, e.worker_type")]
 
 
 class _Transaction:
