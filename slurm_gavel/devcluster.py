@@ -583,6 +583,16 @@ class DevCluster:
                 doomed[pid] = st[2]
         # slurmstepd ignores SIGTERM: wait for everything else only, then SIGKILL what is left
         signalled = self._stop(doomed, grace, patient=set(doomed) - steps)
+        # A job step may have forked while we were stopping the rest (a busy machine):
+        # look again for processes carrying our mark until none is left.
+        for _ in range(3):
+            parents = _processes()
+            late = {pid for pid in parents if _has_mark(pid, mark)}
+            late |= _descendants(late, parents)
+            late = {pid: st[2] for pid in late if (st := _stat(pid))}
+            if not late:
+                break
+            signalled += self._stop(late, 0.0)
         if "munged" in recorded:             # last: slurmd and slurmctld talk through it
             rec = recorded["munged"]
             signalled += self._stop({rec["pid"]: rec.get("start")}, grace)

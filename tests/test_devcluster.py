@@ -318,6 +318,9 @@ def test_second_cluster_through_the_cli_then_down(slurm_cluster, tmp_path_factor
     assert _cli(["cluster", "down", "--dir", str(directory)]) == 0
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()
                 and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"]
+    deadline = time.time() + 10                         # killed processes take a moment to go
+    while _processes_with(conf_entry) and time.time() < deadline:
+        time.sleep(0.2)
     assert _processes_with(conf_entry) == []           # slurmstepd and the job's sleep too
     assert second.down() == []                          # idempotent
     assert _cli(["cluster", "status", "--dir", str(directory)]) == 1
