@@ -1,5 +1,5 @@
 """The daemon's state in SQLite: jobs, time per GPU type, rounds, allocations, placements, events,
-and (schema v2) measured and estimated throughputs (slurm_gavel.estimator).
+and (schema v3) measured and estimated throughputs (slurm_gavel.estimator).
 
 Written by the engine (through the `Store` methods) and by the daemon
 (`status`: why each job waits), read by `slurm-gavel queue` while the daemon
@@ -58,7 +58,26 @@ def _v2(db: sqlite_utils.Database):
     db["jobs"].add_column("steps_done", float)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2]
+def _v3(db: sqlite_utils.Database):
+    """Throughputs (issue 6): measured per model and per job (EMA, sample counts), estimates."""
+    # partner: '' when alone, else the partner's model (job) name; spread: 1 = over several servers
+    db["measured_throughputs"].create({
+        "model": str, "scale_factor": int, "worker_type": str, "partner": str, "spread": int,
+        "steps_per_second": float, "samples": int, "updated": float,
+    }, pk=("model", "scale_factor", "worker_type", "partner", "spread"))
+    db["job_throughputs"].create({
+        "job": str, "worker_type": str, "partner": str, "spread": int,
+        "steps_per_second": float, "samples": int, "updated": float,
+    }, pk=("job", "worker_type", "partner", "spread"))
+    # what the policy was last given per job and type, where it came from, how sure it is
+    db["throughput_estimates"].create({
+        "job": str, "model": str, "scale_factor": int, "worker_type": str,
+        "steps_per_second": float, "kind": str, "confidence": float, "phase": str, "proxy": str,
+        "time": float,
+    }, pk=("job", "worker_type"))
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3]
 
 
 def _finite(v):
@@ -262,7 +281,7 @@ class SqliteStore:
                 out[r["job"]] = r
         return out
 
-    # -- throughputs (schema v2; slurm_gavel.estimator) --------------------------------
+    # -- throughputs (schema v3; slurm_gavel.estimator) --------------------------------
     def load_throughputs(self) -> tuple[list[dict], list[dict]]:
         """(model-level rows, job-level rows) of measured throughputs."""
         return ([dict(r) for r in self.db.query("select * from measured_throughputs")],
