@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         register(commands)
     from .submit import register as register_submit
     register_submit(commands)
+    from .throughputs_cli import register as register_throughputs
+    register_throughputs(commands)
     return parser
 
 

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""The paper's Figure 16 in the simulator: space sharing with oracle against estimated throughputs.
+
+Setting (seed 5.8): a heterogeneous 12-GPU cluster (4 V100, 4 P100, 4 K80,
+4 GPUs per server), max-min fairness (LAS) with space sharing, Gavel's
+measured throughputs (`simulation_throughputs.json`) as the truth the jobs
+run at, the continuous-single workload (Gavel's generator: 26 single-GPU
+models, Poisson arrivals), 6-minute rounds, average JCT over a window of job
+ids (the run stops when they are done), across input rates.  Variants:
+
+* ``no-ss``: max-min fairness without space sharing (oracle throughputs);
+* ``oracle``: with space sharing, the policy sees the table (TableThroughputs);
+* ``estimated``: with space sharing, the policy sees `EstimatingThroughputs`
+  whose reference table never contains the job's own model (leave-one-out:
+  every model is new to the estimator; the other 25 are the reference).  A
+  job is explored, fingerprinted against the other models and estimated
+  as in docs/estimator.md; jobs of the same model learn from each other's
+  measurements (what the daemon does);
+* ``estimated-per-job``: the same, but no job learns from another: every job
+  starts from nothing (the hardest case: its model is new and was never seen).
+
+The simulated cluster reports every running job's true rate each round (no
+measurement noise).
+
+    python bench/figure16.py                               # 4 rates x 3 seeds x 4 variants
+    python bench/figure16.py --rates 0.6 --seeds 0 --window 50:150    # a quick look
+
+The throughput file is not part of the project: pass --throughputs, or keep
+the default path of this workspace (../shared/data/gavel/...).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DEFAULT_THROUGHPUTS = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+
+VARIANTS = ("no-ss", "oracle", "estimated", "estimated-per-job")
+CLUSTER = {"v100": 4, "p100": 4, "k80": 4}
+
+
+def run_one(throughputs: str, variant: str, rate: float, seed: int, window: tuple[int, int]) -> dict:
+    from slurm_gavel.estimator import EstimatingThroughputs
+    from slurm_gavel.policies import make_policy
+    from slurm_gavel.simulator import simulate, summarize
+    from slurm_gavel.throughputs import TableThroughputs
+    from slurm_gavel.workloads import ThroughputTable, iter_trace
+
+    table = ThroughputTable.from_gavel_json(throughputs)
+    space_sharing = variant != "no-ss"
+    source = {
+        "no-ss": TableThroughputs(table),
+        "oracle": TableThroughputs(table),
+        "estimated": EstimatingThroughputs(table, leave_one_out=True),
+        "estimated-per-job": EstimatingThroughputs(table, leave_one_out=True, share_across_jobs=False),
+    }[variant]
+    policy = make_policy("max_min_fairness", space_sharing=space_sharing)
+    sim = simulate(iter_trace(table, rate, seed=seed), table, CLUSTER, policy, window=window,
+                   space_sharing=space_sharing, throughputs=source)
+    s = summarize(sim, table, window)
+    return {"variant": variant, "rate": rate, "seed": seed, "average_jct_hours": s["average_jct_hours"],
+            "complete": s["complete"], "finished": s["finished"], "jobs": s["jobs"],
+            "utilization": s["utilization_total"], "solves": s["solves"],
+            "solver_errors": s["solver_errors"], "fingerprints": getattr(source, "fingerprints", 0),
+            "wall_seconds": s["wall_seconds"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--throughputs", default=str(DEFAULT_THROUGHPUTS))
+    parser.add_argument("--rates", default="0.4,0.6,0.8,1.0", help="jobs/hour (default: %(default)s)")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--window", default="100:300", help="FIRST:END job ids (default: %(default)s)")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--csv", metavar="FILE", help="one line per run")
+    parser.add_argument("--plot", metavar="PNG", help="average JCT against rate (needs matplotlib)")
+    args = parser.parse_args()
+    if not Path(args.throughputs).exists():
+        print(f"throughput file not found: {args.throughputs} (pass --throughputs)", file=sys.stderr)
+        return 2
+    rates = [float(r) for r in args.rates.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in VARIANTS:
+            print(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})", file=sys.stderr)
+            return 2
+    first, end = map(int, args.window.split(":"))
+    runs = list(itertools.product(variants, rates, seeds))
+    # longest first, so that the pool is not left waiting on one slow run at the end
+    slowest = {"estimated-per-job": 0, "estimated": 1, "oracle": 2, "no-ss": 3}
+    runs.sort(key=lambda r: (-r[1], slowest[r[0]]))
+    print(f"Figure 16: max-min fairness on {CLUSTER}, window {first}:{end}, rates {rates}, seeds {seeds}, "
+          f"{args.processes} processes", flush=True)
+    started = time.perf_counter()
+    rows = []
+    with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
+        futures = {pool.submit(run_one, args.throughputs, v, r, s, (first, end)): (v, r, s) for v, r, s in runs}
+        for f in futures:
+            row = f.result()
+            rows.append(row)
+            print(f"  {row['variant']:<18} rate {row['rate']:<4g} seed {row['seed']}  avg JCT "
+                  f"{row['average_jct_hours']:7.2f} h  {'complete' if row['complete'] else 'INCOMPLETE'}  "
+                  f"solver errors {row['solver_errors']}  wall {row['wall_seconds']:.0f} s", flush=True)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    mean = {}
+    for row in rows:
+        mean.setdefault((row["variant"], row["rate"]), []).append(row["average_jct_hours"])
+    print(f"\naverage JCT (hours), mean over seeds {seeds}")
+    header = f"{'rate':>6} " + " ".join(f"{v:>18}" for v in variants)
+    if "oracle" in variants:
+        header += "  " + " ".join(f"{v + ' / oracle':>26}" for v in variants if v != "oracle")
+    print(header)
+    for rate in rates:
+        vals = {v: sum(mean[(v, rate)]) / len(mean[(v, rate)]) for v in variants}
+        line = f"{rate:6g} " + " ".join(f"{vals[v]:18.2f}" for v in variants)
+        if "oracle" in variants:
+            line += "  " + " ".join(f"{vals[v] / vals['oracle']:26.3f}" for v in variants if v != "oracle")
+        print(line)
+    print(f"\nall {len(rows)} runs complete: {all(r['complete'] for r in rows)}; "
+          f"solver errors: {sum(r['solver_errors'] for r in rows)}; wall {time.perf_counter() - started:.0f} s")
+    if args.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for v in variants:
+            ax.plot(rates, [sum(mean[(v, r)]) / len(mean[(v, r)]) for r in rates], marker="o", label=v)
+        ax.set_xlabel("input job rate (jobs/hour)")
+        ax.set_ylabel("average JCT (hours)")
+        ax.set_title("12 GPUs, max-min fairness: oracle vs estimated throughputs")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.savefig(args.plot, dpi=100, bbox_inches="tight")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
