@@ -248,6 +248,16 @@ def test_jobs_of_a_model_learn_from_each_other_unless_told_not_to():
         assert (row.solo[0] == pytest.approx(5.0)) == share
 
 
+def test_a_new_reference_keeps_what_was_measured():
+    est = EstimatingThroughputs(make_table(), stale_rounds=0)
+    est.lookup([job(0, "conv")], TYPES)
+    measure(est, [("0", "v100", 40.0)])
+    est.set_reference(make_table(models=("rnn", "rl", "lm")))      # conv is gone from it
+    assert est.stale()
+    row = est.estimate_job("0", TYPES)
+    assert row.kinds[0] == "measured" and row.phase != "known"
+
+
 def test_leave_one_out_never_uses_the_jobs_own_model():
     est = EstimatingThroughputs(make_table(), leave_one_out=True, explore_rounds=1)
     conv = np.array(SHAPES["conv"]) * SCALE["conv"]
