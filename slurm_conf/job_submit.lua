@@ -37,11 +37,13 @@ keeps working for the owner.
 local GAVEL_ADMIN_UIDS = { [0] = true }
 
 -- The grammar; keep in step with slurm_gavel/flags.py.
-local KEYS = { "model", "weight", "entity", "slo", "steps" }
-local KNOWN = { model = true, weight = true, entity = true, slo = true, steps = true }
+local KEYS = { "model", "weight", "entity", "slo", "steps", "speeds" }
+local KNOWN = {
+    model = true, weight = true, entity = true, slo = true, steps = true, speeds = true,
+}
 local EXAMPLES = {
     model = "model=resnet50", weight = "weight=2", entity = "entity=physics",
-    slo = "slo=36h", steps = "steps=100000",
+    slo = "slo=36h", steps = "steps=100000", speeds = "speeds=v100:4.2,p100:2.1",
 }
 local UNIT_SECONDS = { s = 1, m = 60, h = 3600, d = 86400 }
 local MAX_NAME_LEN = 64
@@ -49,6 +51,9 @@ local MAX_WEIGHT = 1000000
 local MAX_DECIMALS = 6
 local MAX_SLO_SECONDS = 365 * 86400
 local MAX_STEPS = 1000000000000000      -- 10^15: exact in a Lua 5.1 number (double)
+local MAX_SPEED = 1000000
+local MAX_SPEEDS = 16                   -- entries in one speeds= list
+local MAX_GPU_TYPE_LEN = 32
 local SHOW_LIMIT = 72                   -- items longer than this (bytes) are shortened
 local SHOW_KEEP = 64
 -- ASCII whitespace spelled out: %s depends on the C locale of slurmctld.
@@ -178,9 +183,92 @@ local function check_steps(value)
     return tonumber(digits)
 end
 
+local function check_gpu_type(value)
+    if not string.find(value, "^[A-Za-z0-9._%-]+$") then
+        return nil, "GPU type " .. shown(value) .. " may use only letters, digits and . _ -"
+    end
+    if #value > MAX_GPU_TYPE_LEN then   -- after the pattern: ASCII
+        return nil, "GPU type " .. shown(value) .. " is longer than " .. MAX_GPU_TYPE_LEN
+                    .. " characters"
+    end
+    return value
+end
+
+-- Bytewise string order (Python's for ASCII). Lua's < on strings uses strcoll,
+-- which depends on slurmctld's locale (en_US.UTF-8 ignores case and punctuation).
+local function bytes_less(a, b)
+    local n = math.min(#a, #b)
+    for i = 1, n do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return x < y end
+    end
+    return #a < #b
+end
+
+-- "TYPE:NUMBER,...": returns a list of { type, speed } sorted by type, or nil, problem.
+local function check_speeds(value)
+    local example = EXAMPLES.speeds
+    local list, seen = {}, {}
+    local start, index = 1, 0
+    while true do
+        -- Split on every comma, keeping empty entries (gmatch would drop them).
+        local comma = string.find(value, ",", start, true)
+        local entry
+        if comma == nil then
+            entry = string.sub(value, start)
+        else
+            entry = string.sub(value, start, comma - 1)
+        end
+        index = index + 1
+        if entry == "" then
+            return nil, "empty entry (a stray comma), e.g. " .. example
+        end
+        if index > MAX_SPEEDS then
+            return nil, "at most " .. MAX_SPEEDS .. " GPU types"
+        end
+        local colon = string.find(entry, ":", 1, true)
+        if colon == nil then
+            return nil, "entry " .. shown(entry) .. " is not TYPE:NUMBER, e.g. " .. example
+        end
+        local gpu_type = string.sub(entry, 1, colon - 1)
+        local number = string.sub(entry, colon + 1)
+        if gpu_type == "" then
+            return nil, "entry " .. shown(entry) .. " has no GPU type before ':', e.g. " .. example
+        end
+        local ok, problem = check_gpu_type(gpu_type)
+        if ok == nil then
+            return nil, problem
+        end
+        local whole, frac = decimal(number)
+        if whole == nil then
+            return nil, "speed of " .. gpu_type .. " must be a number, e.g. " .. example
+        end
+        if #frac > MAX_DECIMALS then
+            return nil, "speed of " .. gpu_type .. ": at most " .. MAX_DECIMALS
+                        .. " digits after the decimal point"
+        end
+        local speed = tonumber(number)   -- strtod: the same double as Python's float()
+        if speed <= 0 then
+            return nil, "speed of " .. gpu_type .. " must be greater than 0"
+        end
+        if speed > MAX_SPEED then
+            return nil, "speed of " .. gpu_type .. " must be at most " .. MAX_SPEED
+        end
+        if seen[gpu_type] then
+            return nil, "GPU type " .. gpu_type .. " is given twice"
+        end
+        seen[gpu_type] = true
+        table.insert(list, { gpu_type, speed })
+        if comma == nil then break end
+        start = comma + 1
+    end
+    table.sort(list, function(a, b) return bytes_less(a[1], b[1]) end)
+    return list
+end
+
 local CHECKS = {
     model = check_model, weight = check_weight, entity = check_entity,
-    slo = check_slo, steps = check_steps,
+    slo = check_slo, steps = check_steps, speeds = check_speeds,
 }
 
 -- "%.6f" without trailing zeros (and point): the same text flags.py writes.
@@ -199,6 +287,13 @@ local function admin_comment(values)
     if values.entity then table.insert(parts, "entity=" .. values.entity) end
     if values.slo then table.insert(parts, "slo=" .. string.format("%.0f", values.slo)) end
     if values.steps then table.insert(parts, "steps=" .. string.format("%.0f", values.steps)) end
+    if values.speeds then
+        local entries = {}
+        for _, pair in ipairs(values.speeds) do
+            table.insert(entries, pair[1] .. ":" .. format_weight(pair[2]))
+        end
+        table.insert(parts, "speeds=" .. table.concat(entries, ","))
+    end
     return table.concat(parts, " ")
 end
 

@@ -5,7 +5,8 @@ side (the daemon uses it), and the reference that ``slurm_conf/job_submit.lua``
 mirrors rule for rule and message for message (tests/test_flags.py runs one table
 of cases through both). Change one, change the other.
 
-User grammar (``sbatch --comment "gavel model=resnet50 weight=2 slo=36h steps=100000"``):
+User grammar (``sbatch --comment "gavel model=resnet50 weight=2 slo=36h steps=100000
+speeds=v100:4.2,p100:2.1"``):
 
 - The comment starts with the word ``gavel`` (case-sensitive), followed by the end
   of the comment or ASCII whitespace. ``gavel`` alone is valid: every flag takes
@@ -25,6 +26,16 @@ User grammar (``sbatch --comment "gavel model=resnet50 weight=2 slo=36h steps=10
               whole seconds (half up); between 1 second and 365d. A bare number
               is an error: the unit would be a guess.
   ``steps``   whole number, 1 to 10**15
+  ``speeds``  a throughput hint: the job's training steps per second on each
+              named GPU type, at the job's own GPU count. A comma-separated list
+              of ``TYPE:NUMBER`` entries, 1 to 16 of them, each TYPE at most once;
+              TYPE is 1-32 characters of ``A-Z a-z 0-9 . _ -`` (a GPU type as in
+              gres.conf: ``v100``, ``a100-80gb``; compared as written, so case
+              matters), NUMBER a decimal like ``weight``'s: > 0 and <= 1000000, at
+              most 6 digits after the point. No empty entries (``v100:1,`` and
+              ``v100:1,,p100:2`` are errors). Entries are checked left to right,
+              each one whole (type, then number) before the next; a repeated type
+              is reported at its second entry.
 
   Numbers are plain decimals (``2``, ``0.5``, ``.5``, ``5.``): no sign, no exponent.
 
@@ -36,12 +47,18 @@ item (left to right) is reported.
 Canonical form (what the plugin stores in the job's AdminComment, and what the
 daemon reads back with `from_admin_comment`)::
 
-    gavel:v1 model=resnet50 weight=2 entity=physics slo=129600 steps=100000
+    gavel:v1 model=resnet50 weight=2 entity=physics slo=129600 steps=100000 speeds=p100:2.1,v100:4.2
 
 Keys in that order, separated by one space, ``weight`` always present, the others
-only when set; ``slo`` in whole seconds; ``weight`` printed with ``%.6f`` and its
-trailing zeros (and point) removed. `to_admin_comment` and `from_admin_comment`
-round-trip exactly.
+only when set; ``slo`` in whole seconds; ``weight`` and each speed printed with
+``%.6f`` and their trailing zeros (and point) removed; ``speeds`` entries sorted
+by GPU type, bytewise (ASCII order: digits, upper case, lower case; the plugin
+does not use Lua's locale-dependent string order). `to_admin_comment` and
+`from_admin_comment` round-trip exactly. AdminComments written before ``speeds``
+existed read as before, with ``speeds`` None.
+
+On `GavelFlags` the hint is ``speeds``: None, or a tuple of ``(gpu_type,
+steps_per_second)`` pairs sorted by type (hashable; ``speed_map()`` gives a dict).
 """
 from __future__ import annotations
 
@@ -53,15 +70,18 @@ from typing import Optional
 
 from .errors import InputError
 
-KEYS = ("model", "weight", "entity", "slo", "steps")
+KEYS = ("model", "weight", "entity", "slo", "steps", "speeds")
 EXAMPLES = {"model": "model=resnet50", "weight": "weight=2", "entity": "entity=physics",
-            "slo": "slo=36h", "steps": "steps=100000"}
+            "slo": "slo=36h", "steps": "steps=100000", "speeds": "speeds=v100:4.2,p100:2.1"}
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_NAME_LEN = 64
 MAX_WEIGHT = 1_000_000
 MAX_DECIMALS = 6
 MAX_SLO_SECONDS = 365 * 86400
 MAX_STEPS = 10 ** 15
+MAX_SPEED = 1_000_000
+MAX_SPEEDS = 16          # entries in one speeds= list
+MAX_GPU_TYPE_LEN = 32
 ADMIN_PREFIX = "gavel:"
 ADMIN_VERSION = "gavel:v1"
 
@@ -80,6 +100,7 @@ _ENTITY = re.compile(r"[A-Za-z0-9._-]+")
 _DECIMAL = re.compile(r"([0-9]*)\.?([0-9]*)")
 _SLO = re.compile(r"([0-9.]*)(.*)", re.DOTALL)
 _DIGITS = re.compile(r"[0-9]+")
+_GPU_TYPE = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class FlagError(InputError):
@@ -106,6 +127,9 @@ class GavelFlags:
     entity: Optional[str] = None
     slo_seconds: Optional[int] = None
     steps: Optional[int] = None
+    # The throughput hint: ((gpu type, steps per second), ...) sorted by type, or
+    # None. Any mapping or iterable of pairs is accepted and normalized to this.
+    speeds: Optional[tuple[tuple[str, float], ...]] = None
 
     def __post_init__(self):
         # Checked here (not only in the parser) so that any GavelFlags, however
@@ -135,6 +159,44 @@ class GavelFlags:
                 raise InputError(name, f"must be a whole number, got {type(value).__name__}")
             if not low <= value <= high:
                 raise InputError(name, f"must be between {low} and {high}")
+        if self.speeds is not None:
+            object.__setattr__(self, "speeds", _normalize_speeds(self.speeds))
+
+    def speed_map(self) -> dict:
+        """The throughput hint as {gpu type: steps per second} ({} when none)."""
+        return dict(self.speeds or ())
+
+
+def _normalize_speeds(speeds) -> tuple:
+    """GavelFlags.speeds from a mapping or pairs: checked, sorted, a tuple of tuples."""
+    if isinstance(speeds, (str, bytes)):
+        raise InputError("speeds", "must be pairs (gpu type, speed), not a string")
+    try:
+        pairs = list(speeds.items() if hasattr(speeds, "items") else speeds)
+        pairs = [(t, v) for t, v in pairs]
+    except (TypeError, ValueError):
+        raise InputError("speeds", "must be a mapping or pairs (gpu type, speed)") from None
+    if not 1 <= len(pairs) <= MAX_SPEEDS:
+        raise InputError("speeds", f"must have 1 to {MAX_SPEEDS} entries (None for no hint)")
+    out = {}
+    for gpu_type, speed in pairs:
+        if not isinstance(gpu_type, str):
+            raise InputError("speeds", f"GPU type must be a string, got {type(gpu_type).__name__}")
+        _wrap("speeds", _check_gpu_type, gpu_type)
+        if gpu_type in out:
+            raise InputError("speeds", f"GPU type {gpu_type} is given twice")
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)):
+            raise InputError("speeds", f"speed must be a number, got {type(speed).__name__}")
+        speed = float(speed)
+        if not math.isfinite(speed) or speed <= 0:
+            raise InputError("speeds", f"speed of {gpu_type} must be greater than 0")
+        if speed > MAX_SPEED:
+            raise InputError("speeds", f"speed of {gpu_type} must be at most {MAX_SPEED}")
+        if float(_format_weight(speed)) != speed:
+            raise InputError("speeds", f"speed of {gpu_type}: at most {MAX_DECIMALS} digits "
+                                       f"after the decimal point")
+        out[gpu_type] = speed
+    return tuple(sorted(out.items()))
 
 
 # -- value checkers: return the value or raise _Bad(problem) ------------------
@@ -220,6 +282,45 @@ def _check_steps(value: str) -> int:
     return int(digits)
 
 
+def _check_gpu_type(value: str) -> str:
+    if not _GPU_TYPE.fullmatch(value):
+        raise _Bad(f"GPU type {_shown(value)} may use only letters, digits and . _ -")
+    if len(value) > MAX_GPU_TYPE_LEN:   # after the pattern: ASCII
+        raise _Bad(f"GPU type {_shown(value)} is longer than {MAX_GPU_TYPE_LEN} characters")
+    return value
+
+
+def _check_speeds(value: str) -> tuple:
+    """``TYPE:NUMBER,...`` -> ((type, speed), ...) sorted by type."""
+    example = EXAMPLES["speeds"]
+    speeds: dict = {}
+    for index, entry in enumerate(value.split(","), 1):
+        if entry == "":
+            raise _Bad(f"empty entry (a stray comma), e.g. {example}")
+        if index > MAX_SPEEDS:
+            raise _Bad(f"at most {MAX_SPEEDS} GPU types")
+        gpu_type, colon, number = entry.partition(":")
+        if not colon:
+            raise _Bad(f"entry {_shown(entry)} is not TYPE:NUMBER, e.g. {example}")
+        if gpu_type == "":
+            raise _Bad(f"entry {_shown(entry)} has no GPU type before ':', e.g. {example}")
+        _check_gpu_type(gpu_type)
+        parts = _decimal(number)
+        if parts is None:
+            raise _Bad(f"speed of {gpu_type} must be a number, e.g. {example}")
+        if len(parts[1]) > MAX_DECIMALS:
+            raise _Bad(f"speed of {gpu_type}: at most {MAX_DECIMALS} digits after the decimal point")
+        speed = float(number)
+        if speed <= 0:
+            raise _Bad(f"speed of {gpu_type} must be greater than 0")
+        if speed > MAX_SPEED:
+            raise _Bad(f"speed of {gpu_type} must be at most {MAX_SPEED}")
+        if gpu_type in speeds:
+            raise _Bad(f"GPU type {gpu_type} is given twice")
+        speeds[gpu_type] = speed
+    return tuple(sorted(speeds.items()))
+
+
 def _check_seconds(value: str) -> int:
     """The canonical form's slo: whole seconds."""
     if not _DIGITS.fullmatch(value):
@@ -231,10 +332,10 @@ def _check_seconds(value: str) -> int:
 
 
 _USER_CHECKS = {"model": _check_model, "weight": _check_weight, "entity": _check_entity,
-                "slo": _check_slo, "steps": _check_steps}
+                "slo": _check_slo, "steps": _check_steps, "speeds": _check_speeds}
 _ADMIN_CHECKS = dict(_USER_CHECKS, slo=_check_seconds)
 _FIELD = {"model": "model", "weight": "weight", "entity": "entity", "slo": "slo_seconds",
-          "steps": "steps"}
+          "steps": "steps", "speeds": "speeds"}
 
 
 def _wrap(field: str, check, value: str):
@@ -312,6 +413,8 @@ def to_admin_comment(flags: GavelFlags) -> str:
         parts.append(f"slo={flags.slo_seconds}")
     if flags.steps is not None:
         parts.append(f"steps={flags.steps}")
+    if flags.speeds is not None:
+        parts.append("speeds=" + ",".join(f"{t}:{_format_weight(v)}" for t, v in flags.speeds))
     return " ".join(parts)
 
 

@@ -1,6 +1,7 @@
 """`slurm-gavel submit TEMPLATE`: render a job template and submit it with sbatch.
 
-    slurm-gavel submit resnet50 --steps 2000 --gpus 1 --weight 2 --slo 36h -- --partition v100
+    slurm-gavel submit resnet50 --steps 2000 --gpus 1 --weight 2 --slo 36h \
+        --speeds v100:4.2,p100:2.1 -- --partition v100
 
 Everything after ``--`` goes to sbatch unchanged. The script is rendered by
 `slurm_gavel.templates.render` (a pure function) and passed to ``sbatch
@@ -52,6 +53,9 @@ def register(commands) -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs (default: %(default)s)")
     p.add_argument("--weight", metavar="W", help="gavel weight flag, e.g. 2")
     p.add_argument("--slo", metavar="DURATION", help="gavel SLO flag, e.g. 36h")
+    p.add_argument("--speeds", metavar="TYPE:N,...",
+                   help="gavel throughput hint: training steps per second on each GPU type "
+                        "at this GPU count, e.g. v100:4.2,p100:2.1")
     p.add_argument("--python", default=sys.executable, metavar="PATH",
                    help="interpreter that runs the training on the nodes (default: this one, "
                         "%(default)s)")
@@ -63,7 +67,8 @@ def register(commands) -> argparse.ArgumentParser:
 def cmd_submit(args, cli: SlurmCLI | None = None) -> int:
     """Handler of `submit`. Errors are raised (InputError, SlurmCommandError) for the CLI."""
     script = templates.render(args.template, steps=args.steps, gpus=args.gpus,
-                              weight=args.weight, slo=args.slo, python=args.python)
+                              weight=args.weight, slo=args.slo, speeds=args.speeds,
+                              python=args.python)
     if args.dry_run:
         sys.stdout.write(script)
         return 0

@@ -21,16 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_gavel.errors import InputError
-from slurm_gavel.flags import (MAX_SLO_SECONDS, MAX_STEPS, UNIT_SECONDS, FlagError, GavelFlags,
-                               from_admin_comment, is_admin_comment, is_gavel_comment,
-                               parse_comment, to_admin_comment, with_entity)
+from slurm_gavel.flags import (MAX_SLO_SECONDS, MAX_SPEEDS, MAX_STEPS, UNIT_SECONDS, FlagError,
+                               GavelFlags, from_admin_comment, is_admin_comment,
+                               is_gavel_comment, parse_comment, to_admin_comment, with_entity)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "slurm_conf" / "job_submit.lua"
 DRIVER = ROOT / "tests" / "lua" / "driver.lua"
 
 UNIT = "(s, m, h or d)"
-KNOWN = "(known keys: model, weight, entity, slo, steps)"
+KNOWN = "(known keys: model, weight, entity, slo, steps, speeds)"
+SPEEDS_EG = "e.g. speeds=v100:4.2,p100:2.1"
 
 
 def err(item, problem):
@@ -39,6 +40,13 @@ def err(item, problem):
 
 LONG_E = "model=x" + "é" * 40          # 87 bytes: shortened in messages, on a char boundary
 LONG_E_SHOWN = ("model=x" + "é" * 40).encode()[:63].decode() + "..."   # 7 + 28*2 = 63 bytes
+SIXTEEN = ",".join(f"g{i:02d}:{i + 1}" for i in range(16))             # g00:1,...,g15:16
+LONG_TYPE = "x" * 80
+
+
+def short(text):
+    """What messages show of a long ASCII item: its first 64 bytes and "..."."""
+    return text if len(text) <= 72 else text[:64] + "..."
 
 # (comment, account, expected): expected is the admin comment of an accepted job,
 # the user's message for a rejected one, or None for a comment that is not gavel's.
@@ -80,6 +88,68 @@ CASES = [
     ("gavel entity=team.a_b-c", "acct", "gavel:v1 weight=1 entity=team.a_b-c"),
     ("gavel", "bad account!", "gavel:v1 weight=1"),              # account the grammar can't carry
     ("gavel", "a" * 65, "gavel:v1 weight=1"),
+    # speeds: the throughput hint
+    ("gavel model=mynet speeds=v100:4.2,p100:2.1,k80:0.9", None,
+     "gavel:v1 model=mynet weight=1 speeds=k80:0.9,p100:2.1,v100:4.2"),
+    ("gavel speeds=v100:4.2 steps=10 model=m slo=1h weight=2 entity=e", "acct",
+     "gavel:v1 model=m weight=2 entity=e slo=3600 steps=10 speeds=v100:4.2"),
+    ("gavel speeds=a100-80gb:1000000,K80:.5,v100:007,p100:2.50,x.y_z:5.,A:0.000001", None,
+     "gavel:v1 weight=1 speeds=A:0.000001,K80:0.5,a100-80gb:1000000,p100:2.5,v100:7,x.y_z:5"),
+    ("gavel speeds=ab:2,a_b:3,a.b:4,a-b:1,B:5", None,        # bytewise order, not the locale's
+     "gavel:v1 weight=1 speeds=B:5,a-b:1,a.b:4,a_b:3,ab:2"),
+    ("gavel speeds=v100:1,V100:2", None, "gavel:v1 weight=1 speeds=V100:2,v100:1"),  # case matters
+    ("gavel speeds=v100:123456.654321", None, "gavel:v1 weight=1 speeds=v100:123456.654321"),
+    ("gavel speeds=v100:0.1", None, "gavel:v1 weight=1 speeds=v100:0.1"),
+    ("gavel speeds=" + "t" * 32 + ":1", None, "gavel:v1 weight=1 speeds=" + "t" * 32 + ":1"),
+    ("gavel speeds=" + SIXTEEN, None, "gavel:v1 weight=1 speeds=" + SIXTEEN),
+    ("gavel speeds=", None, err("speeds=", f"empty value, {SPEEDS_EG}")),
+    ("gavel speeds=v100", None, err("speeds=v100", f"entry v100 is not TYPE:NUMBER, {SPEEDS_EG}")),
+    ("gavel speeds=v100:1,p100", None,
+     err("speeds=v100:1,p100", f"entry p100 is not TYPE:NUMBER, {SPEEDS_EG}")),
+    ("gavel speeds=v100=1", None, err("speeds=v100=1", f"entry v100=1 is not TYPE:NUMBER, {SPEEDS_EG}")),
+    ("gavel speeds=v100:0", None, err("speeds=v100:0", "speed of v100 must be greater than 0")),
+    ("gavel speeds=v100:0.000000", None,
+     err("speeds=v100:0.000000", "speed of v100 must be greater than 0")),
+    ("gavel speeds=v100:1,p100:0", None,
+     err("speeds=v100:1,p100:0", "speed of p100 must be greater than 0")),
+    ("gavel speeds=v100:1,v100:2", None, err("speeds=v100:1,v100:2", "GPU type v100 is given twice")),
+    ("gavel speeds=v100:1,v100:x", None,                     # each entry whole before the duplicate
+     err("speeds=v100:1,v100:x", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=v100:1,", None, err("speeds=v100:1,", f"empty entry (a stray comma), {SPEEDS_EG}")),
+    ("gavel speeds=,v100:1", None, err("speeds=,v100:1", f"empty entry (a stray comma), {SPEEDS_EG}")),
+    ("gavel speeds=v100:1,,p100:2", None,
+     err("speeds=v100:1,,p100:2", f"empty entry (a stray comma), {SPEEDS_EG}")),
+    ("gavel speeds=,", None, err("speeds=,", f"empty entry (a stray comma), {SPEEDS_EG}")),
+    ("gavel speeds=v100:", None, err("speeds=v100:", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=:1", None, err("speeds=:1", f"entry :1 has no GPU type before ':', {SPEEDS_EG}")),
+    ("gavel speeds=:", None, err("speeds=:", f"entry : has no GPU type before ':', {SPEEDS_EG}")),
+    ("gavel speeds=v100:1:2", None, err("speeds=v100:1:2", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=v100:-1", None, err("speeds=v100:-1", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=v100:1e3", None, err("speeds=v100:1e3", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=v100:inf", None, err("speeds=v100:inf", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=v100:.", None, err("speeds=v100:.", f"speed of v100 must be a number, {SPEEDS_EG}")),
+    ("gavel speeds=v100:0.0000001", None,
+     err("speeds=v100:0.0000001", "speed of v100: at most 6 digits after the decimal point")),
+    ("gavel speeds=v100:1000000.000001", None,
+     err("speeds=v100:1000000.000001", "speed of v100 must be at most 1000000")),
+    ("gavel speeds=v100:" + "9" * 40, None,
+     err("speeds=v100:" + "9" * 40, "speed of v100 must be at most 1000000")),
+    ("gavel speeds=v/100:1", None,
+     err("speeds=v/100:1", "GPU type v/100 may use only letters, digits and . _ -")),
+    ("gavel speeds=a+b:1", None, err("speeds=a+b:1", "GPU type a+b may use only letters, digits and . _ -")),
+    ("gavel speeds=résnet:1", None,
+     err("speeds=résnet:1", "GPU type résnet may use only letters, digits and . _ -")),
+    ("gavel speeds=" + "t" * 33 + ":1", None,
+     err("speeds=" + "t" * 33 + ":1", "GPU type " + "t" * 33 + " is longer than 32 characters")),
+    ("gavel speeds=" + LONG_TYPE + ":1", None,
+     err(short("speeds=" + LONG_TYPE + ":1"), f"GPU type {short(LONG_TYPE)} is longer than 32 characters")),
+    ("gavel speeds=" + "é" * 50, None,                       # item and entry both shortened
+     err("speeds=" + "é" * 28 + "...", "entry " + "é" * 32 + "... is not TYPE:NUMBER, " + SPEEDS_EG)),
+    ("gavel speeds=" + SIXTEEN + ",g16:17", None,
+     err(short("speeds=" + SIXTEEN + ",g16:17"), f"at most {MAX_SPEEDS} GPU types")),
+    ("gavel speeds=" + SIXTEEN + ",", None,
+     err(short("speeds=" + SIXTEEN + ","), f"empty entry (a stray comma), {SPEEDS_EG}")),
+    ("gavel speeds=v100:1 speeds=p100:1", None, err("speeds=p100:1", "speeds is given twice")),
     # not key=value
     ("gavel resnet50", None, err("resnet50", "expected key=value, e.g. model=resnet50")),
     ("gavel model=a b", None, err("b", "expected key=value, e.g. model=resnet50")),
@@ -204,7 +274,8 @@ def test_flag_error_survives_pickling():
 def test_defaults_and_fields():
     f = parse_comment("gavel")
     assert f == GavelFlags() and f.model is None and f.weight == 1.0
-    assert f.entity is None and f.slo_seconds is None and f.steps is None
+    assert f.entity is None and f.slo_seconds is None and f.steps is None and f.speeds is None
+    assert f.speed_map() == {}
     f = parse_comment("gavel model=resnet50 weight=2 slo=36h steps=100000", "acct")
     assert f == GavelFlags("resnet50", 2.0, "acct", 129600, 100000)
     assert parse_comment("gavel entity=mine", "acct").entity == "mine"
@@ -212,6 +283,32 @@ def test_defaults_and_fields():
     assert with_entity(GavelFlags(entity="x"), "acct").entity == "x"
     with pytest.raises(Exception):
         f.weight = 3   # frozen
+
+
+def test_speeds_field():
+    f = parse_comment("gavel model=mynet speeds=v100:4.2,p100:2.1,k80:0.9")
+    assert f.speeds == (("k80", 0.9), ("p100", 2.1), ("v100", 4.2))
+    assert f.speed_map() == {"k80": 0.9, "p100": 2.1, "v100": 4.2}
+    assert isinstance(hash(f), int)
+    # Any mapping or pairs, normalized: sorted, floats, a tuple of tuples.
+    g = GavelFlags(model="mynet", speeds={"v100": 4.2, "p100": 2.1, "k80": 0.9})
+    assert g == f and hash(g) == hash(f)
+    assert GavelFlags(speeds=[("b", 2), ("a", 1)]).speeds == (("a", 1.0), ("b", 2.0))
+    assert type(GavelFlags(speeds={"a": 1}).speeds[0][1]) is float
+    # Old admin comments (before speeds) still read, with no hint.
+    assert from_admin_comment("gavel:v1 model=m weight=2 slo=60 steps=5").speeds is None
+
+
+@pytest.mark.parametrize("speeds", [
+    (), {}, "v100:1", {"v100": 0}, {"v100": -1.0}, {"v100": 1e6 + 1}, {"v100": 0.1 + 0.2},
+    {"v100": float("nan")}, {"v100": float("inf")}, {"v100": True}, {"v100": "1"},
+    {"a b": 1}, {"": 1}, {"t" * 33: 1}, {3: 1}, [("a", 1), ("a", 2)], [("a",)], [1, 2], 5,
+    {f"g{i}": 1 for i in range(MAX_SPEEDS + 1)},
+])
+def test_gavel_flags_validates_speeds(speeds):
+    with pytest.raises(InputError) as caught:
+        GavelFlags(speeds=speeds)
+    assert caught.value.field == "speeds"
 
 
 def test_parse_rejects_non_gavel_comment():
@@ -249,6 +346,10 @@ def test_gavel_flags_validates(fields, field):
     ("gavel:v1 weight=0", "admin_comment.weight", "must be greater than 0"),
     ("gavel:v1 steps=1 steps=1", "admin_comment.steps", "given twice"),
     ("gavel:v1 model=a%b", "admin_comment.model", "may use only"),
+    ("gavel:v1 speeds=v100:0", "admin_comment.speeds", "speed of v100 must be greater than 0"),
+    ("gavel:v1 speeds=v100:1,v100:1", "admin_comment.speeds", "GPU type v100 is given twice"),
+    ("gavel:v1 speeds=v100:1,", "admin_comment.speeds", "empty entry"),
+    ("gavel:v1 speeds=", "admin_comment.speeds", "empty entry"),
 ])
 def test_from_admin_comment_errors(text, field, problem):
     with pytest.raises(InputError) as caught:
@@ -261,6 +362,9 @@ def test_from_admin_comment_accepts_any_order():
     assert f == GavelFlags(model="m", slo_seconds=60, steps=5)
     assert to_admin_comment(f) == "gavel:v1 model=m weight=1 slo=60 steps=5"
     assert from_admin_comment("gavel:v1") == GavelFlags()
+    f = from_admin_comment("gavel:v1 speeds=v100:4.20,k80:.9 weight=1")
+    assert f == GavelFlags(speeds={"k80": 0.9, "v100": 4.2})
+    assert to_admin_comment(f) == "gavel:v1 weight=1 speeds=k80:0.9,v100:4.2"
 
 
 # -- hypothesis ------------------------------------------------------------------
@@ -270,11 +374,13 @@ models = st.text(NAME_CHARS + "+", min_size=1, max_size=64)
 weights = st.builds(
     lambda units: float(Decimal(units) / Decimal(10 ** 6)),
     st.integers(1, 10 ** 12))
+gpu_types = st.text(NAME_CHARS, min_size=1, max_size=32)
 flags_strategy = st.builds(
     GavelFlags,
     model=st.none() | models, weight=weights, entity=st.none() | names,
     slo_seconds=st.none() | st.integers(1, MAX_SLO_SECONDS),
-    steps=st.none() | st.integers(1, MAX_STEPS))
+    steps=st.none() | st.integers(1, MAX_STEPS),
+    speeds=st.none() | st.dictionaries(gpu_types, weights, min_size=1, max_size=MAX_SPEEDS))
 
 
 @given(flags_strategy)
@@ -306,6 +412,10 @@ def test_comment_round_trip(flags, sep, rnd):
         items.append(f"slo={s // n}{unit}")
     if flags.steps is not None:
         items.append(f"steps={'0' * rnd.randint(0, 2)}{flags.steps}")
+    if flags.speeds is not None:
+        entries = [f"{t}:{_spell(round(Decimal(repr(v)) * 10 ** 6))}" for t, v in flags.speeds]
+        rnd.shuffle(entries)
+        items.append("speeds=" + ",".join(entries))
     rnd.shuffle(items)
     comment = "gavel" + sep + sep.join(items)
     assert parse_comment(comment) == flags
@@ -392,12 +502,17 @@ def test_lua_same_cases(lua):
 
 JUNK_VALUES = ["", "1", "0", "2.5", ".5", "5.", "36", "36h", "1.5d", "90m", "0.4s", "0.5s",
                "-1", "1e3", "abc", "a=b", "x%sy", "é", "1.0000001", "365d", "366d",
-               "1000000", "1000000.000001", "0.000001", "999999999999999999", "h", "."]
+               "1000000", "1000000.000001", "0.000001", "999999999999999999", "h", ".",
+               "v100:1", "v100:4.2,p100:2.1", "v100", "v100:", ":1", ":", ",", "v100:1,",
+               ",v100:1", "a:1,,b:2", "a:1,a:1", "A:1,a:2", "v100:0", "v100:1:2", "a+b:1",
+               "é:1", "t" * 33 + ":1", SIXTEEN, SIXTEEN + ",z:1", SIXTEEN + ","]
 tokens = st.one_of(
     st.builds(lambda k, v: f"{k}={v}",
-              st.sampled_from(["model", "weight", "entity", "slo", "steps", "Model", "x", ""]),
+              st.sampled_from(["model", "weight", "entity", "slo", "steps", "speeds", "Model",
+                               "x", ""]),
               st.one_of(st.sampled_from(JUNK_VALUES),
                         st.text("0123456789.smhd", max_size=8),
+                        st.text("0123456789.:,abAB_-", max_size=16),
                         st.text(st.characters(blacklist_categories=("Cs",),
                                               blacklist_characters="\x00"), max_size=12))),
     st.sampled_from(["gavel", "=", "model", "=x"]),
@@ -419,6 +534,33 @@ def test_lua_agrees_with_python_on_random_comments(luas, batch):
         outs = run_driver(lua, submit_args(batch))
         for (comment, account), out in zip(batch, outs):
             assert lua_result(out) == python_result(comment, account), (comment, account)
+
+
+def _comment_of(flags: GavelFlags, rnd) -> str:
+    items = [f"weight={_spell(round(Decimal(repr(flags.weight)) * 10 ** 6))}"]
+    for key, value in (("model", flags.model), ("entity", flags.entity),
+                       ("slo", None if flags.slo_seconds is None else f"{flags.slo_seconds}s"),
+                       ("steps", flags.steps)):
+        if value is not None:
+            items.append(f"{key}={value}")
+    if flags.speeds is not None:
+        entries = [f"{t}:{_spell(round(Decimal(repr(v)) * 10 ** 6))}" for t, v in flags.speeds]
+        rnd.shuffle(entries)
+        items.append("speeds=" + ",".join(entries))
+    rnd.shuffle(items)
+    return "gavel " + " ".join(items)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(flags_strategy, min_size=40, max_size=40), rnd=st.randoms())
+def test_lua_writes_the_canonical_form_of_random_flags(luas, batch, rnd):
+    """Valid flags (speeds in shuffled order, numbers with trailing zeros) give the
+    same admin comment from the plugin as from to_admin_comment."""
+    cases = [(_comment_of(flags, rnd), None) for flags in batch]
+    for lua in luas:
+        outs = run_driver(lua, submit_args(cases))
+        for (comment, _), flags, out in zip(cases, batch, outs):
+            assert lua_result(out) == to_admin_comment(flags), comment
 
 
 # -- what only the plugin does: GPU request, hold, requeue, modify guard -------------------

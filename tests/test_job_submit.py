@@ -183,6 +183,10 @@ def test_every_case_matches_flags_py(jobs):
 @pytest.mark.parametrize("comment,message", [
     ("gavel slo=36", "gavel flags: slo=36: needs a unit (s, m, h or d), e.g. slo=36h"),
     ("gavel model=a%sb", "gavel flags: model=a%sb: may use only letters, digits and . _ + -"),
+    ("gavel speeds=v100:1,v100:2",
+     "gavel flags: speeds=v100:1,v100:2: GPU type v100 is given twice"),
+    ("gavel model=mynet speeds=v100", "gavel flags: speeds=v100: entry v100 is not TYPE:NUMBER, "
+                                      "e.g. speeds=v100:4.2,p100:2.1"),
 ])
 def test_bad_flag_is_rejected_with_its_message(jobs, comment, message):
     r = jobs.sbatch(f"--comment={comment}", "--gres=gpu:1", check=False)
@@ -221,6 +225,17 @@ def test_gavel_job_gpus_per_job_and_account(jobs):
     jobs.sbatch("--comment=gavel", "--gres=gpu:v100:1,gpu:p100:2")     # merged
     job = jobs.info(jobs.ids[-1])
     assert re.fullmatch(r"gres[:/]gpu:3", job["tres_per_node"]), job["tres_per_node"]
+
+
+def test_speeds_hint_reaches_the_admin_comment_the_daemon_reads(jobs):
+    from slurm_gavel.flags import from_admin_comment
+    jobs.sbatch("--comment=gavel model=mynet speeds=v100:4.20,p100:2.1,k80:.9",
+                "--gres=gpu:v100:2", "--account=physics")
+    job = jobs.info(jobs.ids[-1])
+    assert job["admin_comment"] == ("gavel:v1 model=mynet weight=1 entity=physics "
+                                    "speeds=k80:0.9,p100:2.1,v100:4.2")
+    flags = from_admin_comment(job["admin_comment"])
+    assert flags.speeds == (("k80", 0.9), ("p100", 2.1), ("v100", 4.2))
 
 
 # -- other jobs ------------------------------------------------------------------------

@@ -51,11 +51,21 @@ def test_render_golden_with_flags():
 @pytest.mark.parametrize("kwargs, field", [
     ({"steps": 0}, "steps"), ({"steps": "10"}, "steps"), ({"gpus": 0}, "gpus"),
     ({"weight": -1}, "flags"), ({"weight": "x"}, "flags"), ({"slo": "36"}, "flags"),
+    ({"speeds": "v100"}, "flags"), ({"speeds": "v100:0"}, "flags"), ({"speeds": ""}, "flags"),
+    ({"speeds": "v100:1 model=x"}, "flags"), ({"speeds": {"v100": 1, "k80": -1}}, "flags"),
     ({"python": ""}, "python"), ({"color": "red"}, "options")])
 def test_render_rejects_bad_values(kwargs, field):
     with pytest.raises(InputError) as e:
         templates.render("a3c", **kwargs)
     assert e.value.field == field
+
+
+def test_render_speeds_hint():
+    rendered = templates.render("resnet50", steps=100, speeds="v100:4.2,p100:2.1", python="py")
+    assert '#SBATCH --comment "gavel model=resnet50 steps=100 speeds=v100:4.2,p100:2.1"' \
+        in rendered.splitlines()
+    assert templates.render("resnet50", steps=100, speeds={"v100": 4.2, "p100": 2.1},
+                            python="py") == rendered
 
 
 def test_render_text_leaves_other_braces_and_needs_one_comment():
@@ -104,6 +114,22 @@ def test_submit_passes_the_script_on_stdin_and_the_rest_to_sbatch(argv, capsys):
     [(call, script)] = cli.calls
     assert call == ["sbatch", "--parsable", "-p", "v100", "--hold"]
     assert script == templates.render("a3c", steps=5, weight=2, python=sys.executable)
+
+
+def test_submit_speeds_goes_into_the_comment(capsys):
+    args = parse(["submit", "a3c", "--steps", "5", "--speeds", "v100:4.2,k80:0.9", "--",
+                  "-p", "v100"])
+    assert args.speeds == "v100:4.2,k80:0.9"
+    cli = RecordingCLI()
+    assert cmd_submit(args, cli=cli) == 0
+    [(call, script)] = cli.calls
+    assert call == ["sbatch", "--parsable", "-p", "v100"]
+    assert '#SBATCH --comment "gavel model=a3c steps=5 speeds=v100:4.2,k80:0.9"' in script.splitlines()
+    args = parse(["submit", "a3c", "--speeds", "v100:1,"])
+    with pytest.raises(InputError) as e:
+        cmd_submit(args, cli=RecordingCLI())
+    assert str(e.value).endswith("gavel flags: speeds=v100:1,: empty entry (a stray comma), "
+                                 "e.g. speeds=v100:4.2,p100:2.1")
 
 
 def test_submit_options_after_the_template_are_ours():

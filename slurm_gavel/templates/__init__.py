@@ -10,7 +10,7 @@ A template is an sbatch script with placeholders, replaced by `render_text`:
 
     {steps}   total training steps (also in the gavel comment)
     {gpus}    GPUs (``--gres=gpu:{gpus}``) and training processes
-    {flags}   further gavel flags: "" or " weight=2 slo=36h"
+    {flags}   further gavel flags: "" or " weight=2 slo=36h speeds=v100:4.2,p100:2.1"
     {python}  the interpreter that runs the training (shell-quoted)
 
 Other braces are left alone (the scripts may use ``${VAR}``).
@@ -83,12 +83,25 @@ def _format_weight(weight) -> str:
     return text or "0"
 
 
+def _format_speeds(speeds) -> str:
+    """The speeds= value: a string as the user wrote it, or a mapping / pairs."""
+    if isinstance(speeds, str):
+        text = speeds.strip()
+        if text == "" or any(c.isspace() or c == '"' for c in text):
+            raise InputError("flags", f"speeds: not a TYPE:NUMBER,... list: {speeds!r}")
+        return text
+    pairs = speeds.items() if hasattr(speeds, "items") else speeds
+    return ",".join(f"{t}:{_format_weight(v)}" for t, v in pairs)
+
+
 def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=None,
-                slo: str | None = None, python: str = "python3") -> str:
+                slo: str | None = None, python: str = "python3", speeds=None) -> str:
     """Fill in a template's placeholders; pure. Raises InputError on bad values.
 
-    The rendered ``#SBATCH --comment "gavel ..."`` line is checked with the flag
-    parser the scheduler uses, so a bad weight or SLO is caught here, not at sbatch.
+    `speeds` is the throughput hint (``"v100:4.2,p100:2.1"``, or a mapping such as
+    ``{"v100": 4.2}``). The rendered ``#SBATCH --comment "gavel ..."`` line is
+    checked with the flag parser the scheduler uses, so a bad weight, SLO or speeds
+    is caught here, not at sbatch.
     """
     from ..flags import FlagError, parse_comment
 
@@ -101,6 +114,8 @@ def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=Non
         flags += f" weight={_format_weight(weight)}"
     if slo is not None:
         flags += f" slo={str(slo).strip()}"
+    if speeds is not None:
+        flags += f" speeds={_format_speeds(speeds)}"
     if not python or "\n" in python:
         raise InputError("python", f"not an interpreter path: {python!r}")
     values = {"steps": str(steps), "gpus": str(gpus), "flags": flags,
@@ -120,7 +135,7 @@ def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=Non
 
 def render(template_name: str, steps: int = DEFAULT_STEPS, gpus: int = 1, **options) -> str:
     """The sbatch script of template `template_name` (see `render_text` for options)."""
-    unknown = set(options) - {"weight", "slo", "python", "directory"}
+    unknown = set(options) - {"weight", "slo", "speeds", "python", "directory"}
     if unknown:
         raise InputError("options", f"unknown: {', '.join(sorted(unknown))}")
     directory = options.pop("directory", None)
