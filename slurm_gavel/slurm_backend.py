@@ -16,7 +16,11 @@ Acting (`execute`):
 * start: for a held pending job, `scontrol update` partition, node list and
   StartTime=now (a requeued job otherwise waits ~121 s), then
   `scontrol release`.  A job that must move first has to stop: its start is
-  carried out on the first poll that finds it pending again.
+  carried out on the first poll that finds it pending again.  A job that
+  stopped on a node less than `RESTART_GUARD_SECONDS` ago is not restarted on
+  that node yet: its slurmd still holds the job's revoked credential, and a new
+  one issued within the same second is refused ("Job credential revoked"),
+  which fails the job.
 
 With `dry_run` nothing is changed in Slurm: every action is only logged.
 """
@@ -39,6 +43,9 @@ log = logging.getLogger("slurm_gavel.slurm")
 
 GAVEL_PREFIX = "gavel:"
 UNKNOWN_MODEL = "unknown"
+# slurmd refuses a job credential created no later (in whole seconds) than the
+# job's last revocation on that node; 2 s after the stop was seen is safe.
+RESTART_GUARD_SECONDS = 2.0
 
 
 def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
@@ -88,6 +95,7 @@ class SlurmBackend:
         self._deferred: dict[str, Assignment] = {}     # starts waiting for the job to stop
         self._starting: dict[str, tuple[Assignment, float]] = {}   # released, not yet running
         self._planned: dict[str, Assignment] = {}
+        self._stopped: dict[str, tuple[float, tuple[str, ...]]] = {}   # job -> (seen at, nodes)
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -127,6 +135,9 @@ class SlurmBackend:
             self._credit(job_id, r, end)
             if not still:
                 del self._running[job_id]
+                self._stopped[job_id] = (now, r.nodes)
+        self._stopped = {job: v for job, v in self._stopped.items()
+                         if now - v[0] < RESTART_GUARD_SECONDS}
         for job_id, j in gavel.items():
             if j.running and job_id not in self._running:
                 wt = self.partitions_get(j.partition)
@@ -298,6 +309,10 @@ class SlurmBackend:
                 continue
             if j.running or "COMPLETING" in j.state:
                 continue                      # still stopping; next poll
+            stopped = self._stopped.get(job)
+            if (stopped and set(stopped[1]) & set(a.nodes)
+                    and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS):
+                continue                      # same node, too soon: next poll
             del self._deferred[job]
             self._planned[job] = a
             groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(job)

@@ -24,6 +24,7 @@ from slurm_gavel.devcluster import (
     render_slurm_conf,
 )
 from slurm_gavel.errors import InputError
+from slurm_gavel.slurm_backend import RESTART_GUARD_SECONDS
 
 GOLDEN_SLURM_CONF = """\
 # A local test cluster written by slurm_gavel.devcluster: everything is under
@@ -257,10 +258,13 @@ def test_signal_checkpoint_requeue_hold_and_restart(slurm_cluster, tmp_path):
     info = wait_job(slurm_cluster, job, {"SPECIAL_EXIT", "PENDING"})
     assert info["Reason"] == "JobHeldUser" and info["Restarts"] == "1"
     assert info["ExitCode"] == "85:0"
+    # Restarted on the same node within the second of its stop, slurmd would refuse the
+    # job's new credential as revoked and the job would fail (seen 1 run in 6).
+    time.sleep(RESTART_GUARD_SECONDS)
     slurm_cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
     slurm_cluster.run(["scontrol", "release", job])
     info = wait_job(slurm_cluster, job, {"COMPLETED", "FAILED", "CANCELLED"})
-    assert info["JobState"] == "COMPLETED"
+    assert info["JobState"] == "COMPLETED", (" ".join(f"{k}={v}" for k, v in info.items()), out.read_text())
     lines = out.read_text().splitlines()
     assert lines[:3] == [lines[0], "ready", "checkpoint"] and lines[0].startswith("start 0 v100-")
     assert lines[3].startswith("start 1 ") and len(lines) == 4
