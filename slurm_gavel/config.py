@@ -31,6 +31,7 @@ class Config:
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
     database: str = "/var/lib/slurm-gavel/state.db"
     throughputs: str | None = None       # a throughput table in Gavel's JSON layout
+    explore_rounds: int = 6              # rounds a job of a model nobody measured explores types
     partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type; {} = from Slurm
     prices: Mapping[str, float] = field(default_factory=dict)    # GPU type -> $ per GPU-hour
     solver_budget_seconds: float = 60.0
@@ -75,6 +76,9 @@ class Config:
         for wt, price in self.prices.items():
             if not (isinstance(price, (int, float)) and price >= 0):
                 bad(f"prices.{wt}", f"must be a number >= 0, got {price!r}")
+        if not (isinstance(self.explore_rounds, int) and not isinstance(self.explore_rounds, bool)
+                and 0 <= self.explore_rounds <= 1000):
+            bad("explore_rounds", f"must be a whole number 0-1000, got {self.explore_rounds!r}")
         if self.throughputs is not None and not Path(self.throughputs).is_file():
             bad("throughputs", f"no such file: {self.throughputs}")
         return self

@@ -2,10 +2,12 @@
 
 The same engine as the simulator, with the real parts plugged in: a wall
 clock that polls Slurm every tick while it waits for the round to end, the
-Slurm backend, a solver thread (rounds go on while a solve runs), throughputs
-from the configured table (a model it does not know runs at the same speed
-everywhere until measured), and the SQLite store that `slurm-gavel queue`
-reads.  SIGTERM or SIGINT ends it after the current step; SIGHUP re-reads the
+Slurm backend, a solver thread (rounds go on while a solve runs), the
+throughput estimator (`estimator.EstimatingThroughputs`: what the jobs'
+progress reports measured, the configured table for models it knows, and for
+other models a few rounds of exploration, then a fingerprint against the
+table), and the SQLite store that `slurm-gavel queue` and
+`slurm-gavel throughputs show` read.  SIGTERM or SIGINT ends it after the current step; SIGHUP re-reads the
 configuration (a bad new one is logged and the old one kept).
 """
 from __future__ import annotations
@@ -16,18 +18,16 @@ import signal
 import threading
 from typing import Callable, Sequence
 
-import numpy as np
-
 from . import config as config_mod
 from .clock import WallClock
 from .engine import Engine
 from .errors import GavelError
+from .estimator import EstimatingThroughputs
 from .policies import make_policy
 from .recompute import Background
 from .slurm_backend import SlurmBackend
 from .slurmcli import SlurmCLI
 from .sqlite_store import SqliteStore
-from .throughputs import JobThroughputs, TableThroughputs
 from .workloads import ThroughputTable
 
 log = logging.getLogger("slurm_gavel.daemon")
@@ -55,29 +55,6 @@ class TickingClock(WallClock):
         self.wake()
 
 
-class FallbackThroughputs:
-    """A table's throughputs, and 1 step/s on every type for models it does not know.
-
-    A job of an unknown model is then scheduled as a heterogeneity-agnostic
-    scheduler would, until its throughputs are measured (issue 6), instead of
-    waiting forever for a number nobody has.
-    """
-
-    def __init__(self, table: ThroughputTable | None):
-        self.table = TableThroughputs(table) if table is not None else None
-
-    def lookup(self, jobs, worker_types, include_pairs=False) -> JobThroughputs:
-        k = len(worker_types)
-        if self.table is None:
-            n = len(jobs)
-            return JobThroughputs(np.ones((n, k)), np.full((n, k), np.nan),
-                                  np.zeros((0, 2), dtype=np.int64), np.zeros((0, k, 2)))
-        t = self.table.lookup(jobs, worker_types, include_pairs)
-        unknown = ~np.isfinite(t.solo).any(axis=1)
-        solo = np.where(unknown[:, None], 1.0, t.solo)
-        return JobThroughputs(solo, t.unconsolidated, t.pair_jobs, t.pair_throughputs)
-
-
 class Daemon:
     def __init__(self, config: config_mod.Config, dry_run: bool = False):
         self.config = config
@@ -92,8 +69,12 @@ class Daemon:
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
                                     on_event=self._event, credited_until=self.store.last_observed(),
                                     progress_dir=config.progress_dir)
+        self.throughputs = EstimatingThroughputs(
+            self._table(config), explore_rounds=config.explore_rounds,
+            # progress arrives every tick; one sample (and one exploration round) per round
+            sample_seconds=config.round_seconds, store=self.store, clock=self.clock.now)
         self.engine = Engine(self.clock, self.backend, self._allocator(config),
-                             FallbackThroughputs(self._table(config)), self.store,
+                             self.throughputs, self.store,
                              config.round_seconds, prices=config.prices,
                              space_sharing=config.space_sharing)
         self._reload = False
@@ -176,7 +157,9 @@ class Daemon:
         old = self.engine.allocator
         self.engine.allocator = self._allocator(new)
         old.close()
-        self.engine.throughputs = FallbackThroughputs(table)
+        self.throughputs.set_reference(table)      # what was measured stays
+        self.throughputs.explore_rounds = new.explore_rounds
+        self.throughputs.sample_seconds = new.round_seconds
         self.engine.round_seconds = new.round_seconds
         self.engine.prices = dict(new.prices)
         self.clock.every = new.tick_seconds
@@ -234,4 +217,4 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
     return daemon.run(max_rounds)
 
 
-__all__ = ["Daemon", "FallbackThroughputs", "TickingClock", "main"]
+__all__ = ["Daemon", "TickingClock", "main"]

@@ -322,3 +322,90 @@ def test_a_pytorch_template_job_is_moved_by_the_daemon_and_finishes_its_steps(cl
     assert resumed_at[0] == 0 and all(b > 0 for b in resumed_at[1:]), starts   # from its checkpoint
     assert len(partitions) >= 2, starts                          # on another GPU type
     assert progress_seen, "gqueue never showed the job's progress"
+
+
+# A job whose speed depends on the GPU type it runs on, as real training's does: a
+# step takes 0.125 s on v100, 0.3125 s on p100 and 1.25 s on k80 (8, 3.2 and 0.8
+# steps/s: the shape of the toy table's convnet, 9.6/4/1).  It reports the rate it
+# measured itself, as the iterator does.
+SPEED_JOB = r"""#!/bin/bash
+#SBATCH --requeue
+#SBATCH --open-mode=append
+case "$SLURM_JOB_PARTITION" in v100) dt=0.125;; p100) dt=0.3125;; *) dt=1.25;; esac
+stop=0
+trap 'stop=1' USR2
+state="$JOBDIR/$SLURM_JOB_ID.step"
+step=$(cat "$state" 2>/dev/null || echo 0)
+begin=$(date +%s.%N)
+made=0
+echo "start restart=${SLURM_RESTART_COUNT:-0} step=$step partition=$SLURM_JOB_PARTITION"
+while [ "$step" -lt "$TOTAL" ]; do
+  sleep $dt
+  step=$((step + 1)); made=$((made + 1))
+  echo "$step" > "$state.tmp" && mv "$state.tmp" "$state"
+  now=$(date +%s.%N)
+  rate=$(awk -v n=$made -v b=$begin -v e=$now 'BEGIN { printf "%.4f", n / (e - b) }')
+  echo "{\"job\": \"$SLURM_JOB_ID\", \"event\": \"progress\", \"step\": $step, \"steps_per_second\": $rate, \"partition\": \"$SLURM_JOB_PARTITION\", \"time\": $(date +%s)}" >> "$GAVEL_PROGRESS_DIR/$SLURM_JOB_ID.jsonl"
+  if [ "$stop" = 1 ]; then
+    echo "segment $SLURM_JOB_PARTITION $begin $now" >> "$JOBDIR/$SLURM_JOB_ID.segments"
+    exit 85
+  fi
+done
+echo "segment $SLURM_JOB_PARTITION $begin $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.segments"
+echo "done at $step"
+"""
+TRUE_SPEED = {"v100": 8.0, "p100": 3.2, "k80": 0.8}
+
+
+def test_a_job_of_an_unseen_model_is_explored_estimated_and_scheduled(clean, tmp_path):
+    """A model the throughput table does not know: the daemon tries it on GPU types
+    (exploration), measures it there, fingerprints it against the table for the rest,
+    and then keeps it on its fastest type; the policy never fails meanwhile."""
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1, explore_rounds=2)
+    (tmp_path / "speed.sh").write_text(SPEED_JOB)
+    steps = 700
+    job = cluster.run(["sbatch", "--parsable",
+                       f"--export=ALL,TOTAL={steps},JOBDIR={tmp_path},GAVEL_PROGRESS_DIR={tmp_path / 'progress'}",
+                       "-o", str(tmp_path / "out-%j.txt"), "--comment", f"gavel model=mystery-net steps={steps}",
+                       "--gres=gpu:1", str(tmp_path / "speed.sh")]).stdout.strip().split(";")[0]
+    daemon = start_daemon(config)
+    shown = []                   # `slurm-gavel throughputs show --json` while it runs
+    try:
+        deadline = time.time() + 300
+        while queue(cluster).get(job) not in (None, "COMPLETED"):
+            if time.time() > deadline:
+                pytest.fail(f"job {job} not done in 300 s")
+            out = subprocess.run([sys.executable, "-m", "slurm_gavel", "throughputs", "show", "--db",
+                                  str(tmp_path / "gavel.db"), "--json"], capture_output=True, text=True)
+            if out.returncode == 0:
+                rows = [e for e in json.loads(out.stdout)["estimates"] if e["job"] == job]
+                if rows:
+                    shown.append({e["worker_type"]: e for e in rows})
+            assert daemon.poll() is None, daemon.communicate()[0][-3000:]
+            time.sleep(2)
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    assert "solve failed" not in log and "Traceback" not in log, log[-3000:]
+    assert f"done at {steps}" in (tmp_path / f"out-{job}.txt").read_text()
+
+    phases = [next(iter(s.values()))["phase"] for s in shown]
+    assert phases[0] == "explore", phases
+    # explored: it ran on at least explore_rounds types, and was measured there
+    segs = segments(tmp_path, job)
+    assert len({p for p, _ in segs}) >= 2, segs
+    # then fingerprinted against the table: the known model of the same shape
+    fingerprinted = [s for s in shown if next(iter(s.values()))["phase"] == "fingerprint"]
+    assert fingerprinted, phases
+    last = fingerprinted[-1]
+    assert {e["proxy"] for e in last.values()} == {"convnet"}, last
+    kinds = {wt: e["kind"] for wt, e in last.items()}
+    assert list(kinds.values()).count("measured") >= 2, kinds
+    for wt, e in last.items():
+        # measured values are what the job made; the one estimated type is within
+        # a factor of 2 of the truth (the reference model is only similar)
+        limit = 0.25 if e["kind"] == "measured" else 1.0
+        assert abs(e["steps_per_second"] - TRUE_SPEED[wt]) <= limit * TRUE_SPEED[wt], (wt, e)
+    # and then scheduled where it is fastest: it finished on v100
+    assert segs[-1][0] == "v100", segs
