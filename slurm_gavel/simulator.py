@@ -128,8 +128,8 @@ class SimulatedCluster:
         self._rate: dict[str, float] = {}                 # steps/s of running jobs this round
         self._type: dict[str, int] = {}
         self._running: tuple[Assignment, ...] = ()
-        self._round: tuple[float, float] | None = None    # (start, end) of the executed round
-        self._started: set[str] = set()
+        self._round: tuple[float, float] | None = None    # (advanced up to, end) of the executed round
+        self._ckpt_left: dict[str, float] = {}            # checkpoint seconds a start still has to pay
         self._usage: list[Usage] = []
         self._departures: list[Departure] = []
         self._rate_cache: dict = {}
@@ -162,17 +162,18 @@ class SimulatedCluster:
 
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
+        self._finish_round(now)       # what ran since the last observation ran on the old plan
         for job in plan.preempt:
             self._rate.pop(job, None)
             self._type.pop(job, None)
-        self._started = set()
+        self._ckpt_left = {}
         for a in plan.start:
             t = self._column[a.worker_type]
             rates = self._rates(a)
             for job, rate in zip(a.jobs, rates):
                 self._rate[job] = rate
                 self._type[job] = t
-                self._started.add(job)
+                self._ckpt_left[job] = self.checkpoint_seconds
                 r = self.results[job]
                 r.starts += 1
                 if r.starts == 1:
@@ -247,15 +248,25 @@ class SimulatedCluster:
         return self._rate_cache[key]
 
     def _finish_round(self, now: float):
-        """Advance every running job over the round that just ended."""
+        """Advance every running job up to `now`, or to the end of its round if that came first.
+
+        Observed in the middle of a round (as a daemon does, every tick), the
+        jobs advance up to `now` and the round goes on from there, so that each
+        observation reports what ran since the previous one.
+        """
         if self._round is None:
             return
         start, end = self._round
-        self._round = None
+        if now < end:
+            if now <= start:
+                return                # nothing ran since the last observation
+            self._round = (now, end)
+        else:
+            self._round = None
         end = min(end, now)
         length = end - start
         active, done, rates, results = self._active, self._done, self._rate, self.results
-        started, ckpt = self._started, self.checkpoint_seconds
+        ckpt_left = self._ckpt_left
         busy = [0.0] * len(self.worker_types)
         usage = self._usage
         departed = False
@@ -267,7 +278,9 @@ class SimulatedCluster:
                 state = active.get(job)
                 if state is None:
                     continue
-                cost = ckpt if job in started else 0.0
+                cost = ckpt_left.get(job, 0.0)
+                if cost:
+                    ckpt_left[job] = cost - length if cost > length else 0.0
                 rate = made[job] = rates.get(job, 0.0)
                 useful = length - cost if length > cost else 0.0
                 if rate > 0 and (state.total_steps - done[job]) <= rate * useful:

@@ -1,0 +1,475 @@
+"""One contract for every cluster backend (slurm_gavel/backend.py), run on each implementation.
+
+The same test cases run against the simulated cluster (`SimulatedCluster`,
+simulated clock) and the Slurm backend (`SlurmBackend` on the session's local
+Slurm cluster, wall clock).  A `harness` adapts each implementation: it submits
+jobs, moves time forward, and reads what really happened (ground truth outside
+the backend: the simulator's per-job results; for Slurm, the log each job writes
+and Slurm's start times).  The harnesses differ; the cases never do.
+
+Both clusters have the same shape: v100, p100 and k80, two servers of 4 GPUs
+each.  Rounds are long (`ROUND`): within a case no round ends, the backend is
+observed many times per round (as the daemon does every tick), and every
+change comes from a plan.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from slurm_gavel.backend import Observation
+from slurm_gavel.clock import SimulatedClock, WallClock
+from slurm_gavel.mechanism import Assignment, RoundPlan, Server
+from slurm_gavel.simulator import SimulatedCluster
+from slurm_gavel.workloads import ThroughputTable, TraceJob
+
+TYPES = ("v100", "p100", "k80")
+SERVERS_PER_TYPE, GPUS_PER_SERVER = 2, 4
+MODEL = "convnet"
+ROUND = 3600.0          # round_end is this far ahead: no round ends within a case
+SHORT_SECONDS = 3       # how long a short job runs before it completes
+LONG_STEPS = 10 ** 12   # a long job: runs until it is preempted
+
+
+# -- harnesses ---------------------------------------------------------------------
+class Harness:
+    """What a case needs of an implementation, besides the backend itself."""
+
+    kind: str
+    clock = None
+    tick: float          # time between observations while waiting
+    timeout: float       # how long (on `clock`) a wait may take
+    tolerance: float     # seconds: usage against elapsed time, departure times
+    stop_seconds: float  # how long a preempted job may still hold its GPUs
+
+    def __init__(self):
+        self.history: list[Observation] = []
+
+    @property
+    def backend(self):
+        raise NotImplementedError
+
+    def submit(self, gpus: int, long: bool = True) -> str:
+        """A gavel job of `gpus` GPUs (model MODEL): `long` runs until preempted, otherwise it
+        completes SHORT_SECONDS after it starts."""
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def starts(self, job: str) -> int:
+        """How many times the job really started (not what the backend says)."""
+        raise NotImplementedError
+
+    def start_time(self, job: str) -> float:
+        """When the job (started once) began to hold its GPUs, on `clock` (not what the backend says)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    # -- shared -------------------------------------------------------------------
+    def execute(self, plan: RoundPlan) -> None:
+        self.backend.execute(plan, self.clock.now() + ROUND)
+
+    def observe(self) -> Observation:
+        obs = self.backend.observe()
+        self.history.append(obs)
+        return obs
+
+    def observe_until(self, predicate, what: str, timeout: float | None = None) -> Observation:
+        """Observe every `tick` until `predicate(observation)` holds."""
+        deadline = self.clock.now() + (timeout or self.timeout)
+        while True:
+            obs = self.observe()
+            if predicate(obs):
+                return obs
+            if self.clock.now() >= deadline:
+                pytest.fail(f"{self.kind}: timed out waiting for {what}; last observation: {obs}")
+            self.advance(self.tick)
+
+    def observe_for(self, seconds: float) -> list[Observation]:
+        """Observe every `tick` for `seconds`."""
+        end = self.clock.now() + seconds
+        seen = []
+        while self.clock.now() < end:
+            self.advance(min(self.tick, end - self.clock.now()))
+            seen.append(self.observe())
+        return seen
+
+
+def _table() -> ThroughputTable:
+    # one step per second per job on every type: a job's steps are its running seconds
+    return ThroughputTable.from_gavel_dict(
+        {wt: {f"('{MODEL}', {sf})": {"null": 1.0} for sf in (1, 2, 4, 8)} for wt in TYPES})
+
+
+class SimulatedHarness(Harness):
+    """SimulatedCluster on a SimulatedClock.
+
+    It takes its jobs as a trace, read when observed: every job is submitted
+    (arriving now) before the cluster is built on first use.  Jobs progress at
+    one step per second, so a short job is one of SHORT_SECONDS steps.
+    """
+
+    kind = "simulated"
+    tick = 1.0
+    timeout = 120.0
+    tolerance = 1e-6
+    stop_seconds = 0.0
+
+    def __init__(self):
+        super().__init__()
+        self.clock = SimulatedClock(1000.0)
+        self._trace: list[TraceJob] = []
+        self._backend = None
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = SimulatedCluster(self._trace, _table(), {wt: SERVERS_PER_TYPE * GPUS_PER_SERVER
+                                                                     for wt in TYPES},
+                                             self.clock, gpus_per_node=GPUS_PER_SERVER)
+        return self._backend
+
+    def submit(self, gpus: int, long: bool = True) -> str:
+        assert self._backend is None, "the simulated harness takes its jobs before the first observation"
+        steps = LONG_STEPS if long else SHORT_SECONDS
+        self._trace.append(TraceJob(MODEL, "", "", "", False, steps, gpus, arrival_time=self.clock.now()))
+        return str(len(self._trace) - 1)
+
+    def advance(self, seconds: float) -> None:
+        self.clock.sleep_until(self.clock.now() + seconds)
+
+    def starts(self, job: str) -> int:
+        return self.backend.results[job].starts
+
+    def start_time(self, job: str) -> float:
+        r = self.backend.results[job]
+        assert r.starts == 1
+        return r.first_start
+
+
+JOB_SCRIPT = r"""#!/bin/bash
+# A gavel job: logs each start; on USR2 it exits with the requeue-hold code (85).
+trap 'echo "stop $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.log"; exit 85' USR2
+echo "start $SLURM_JOB_PARTITION $SLURMD_NODENAME $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.log"
+if [ "$SECONDS_TO_RUN" -gt 0 ]; then
+  for i in $(seq $((SECONDS_TO_RUN * 10))); do sleep 0.1; done
+  echo "end $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.log"
+  exit 0
+fi
+while true; do sleep 0.1; done
+"""
+
+
+class SlurmHarness(Harness):
+    """SlurmBackend on the session's dev cluster, wall clock; time passes by sleeping."""
+
+    kind = "slurm"
+    tick = 0.5
+    timeout = 30.0
+    tolerance = 2.0      # Slurm's whole-second start and end times, and a poll's own duration
+    stop_seconds = 5.0   # a signalled job checkpoints, exits, and a poll sees it
+
+    def __init__(self, cluster, tmp_path: Path):
+        from slurm_gavel.slurm_backend import SlurmBackend
+        from slurm_gavel.slurmcli import SlurmCLI
+        super().__init__()
+        self.cluster, self.dir = cluster, tmp_path
+        self.clock = WallClock()
+        self.jobs: list[str] = []
+        _cancel_all(cluster)
+        self.script = tmp_path / "job.sh"
+        self.script.write_text(JOB_SCRIPT)
+        self._backend = SlurmBackend(SlurmCLI(env=cluster.env), self.clock, grace_seconds=20.0)
+
+    @property
+    def backend(self):
+        return self._backend
+
+    def submit(self, gpus: int, long: bool = True) -> str:
+        seconds = 0 if long else SHORT_SECONDS
+        out = self.cluster.run(["sbatch", "--parsable", "-o", str(self.dir / "out-%j.txt"), "--open-mode=append",
+                                f"--export=ALL,JOBDIR={self.dir},SECONDS_TO_RUN={seconds}",
+                                "--comment", f"gavel model={MODEL}", f"--gres=gpu:{gpus}", str(self.script)],
+                               cwd=self.dir).stdout
+        job = out.strip().split(";")[0]
+        self.jobs.append(job)
+        return job
+
+    def advance(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def _log(self, job: str) -> list[list[str]]:
+        path = self.dir / f"{job}.log"
+        return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+    def _starts(self, job: str) -> list[float]:
+        """The job's start times from its log, once the log has caught up with Slurm (which says
+        RUNNING a moment before the script writes its first line)."""
+        deadline = time.monotonic() + 10
+        while True:
+            starts = [float(words[3]) for words in self._log(job) if words[0] == "start"]
+            info = dict(re.findall(r"(\w+)=(\S*)", self.cluster.run(
+                ["scontrol", "-o", "show", "job", job]).stdout))
+            expected = int(info.get("Restarts", 0)) + 1 if info.get("JobState") == "RUNNING" else 0
+            if len(starts) >= expected or time.monotonic() > deadline:
+                return starts
+            time.sleep(0.1)
+
+    def starts(self, job: str) -> int:
+        return len(self._starts(job))
+
+    def start_time(self, job: str) -> float:
+        # Slurm's StartTime (whole seconds), when it allocated the GPUs: the script itself
+        # begins up to a few seconds later on this busy machine
+        info = dict(re.findall(r"(\w+)=(\S*)", self.cluster.run(["scontrol", "-o", "show", "job", job]).stdout))
+        return time.mktime(time.strptime(info["StartTime"], "%Y-%m-%dT%H:%M:%S"))
+
+    def close(self) -> None:
+        if self.jobs:
+            self.cluster.run(["scancel", *self.jobs], check=False)
+
+
+def _cancel_all(cluster, timeout: float = 30.0) -> None:
+    """No job left on the cluster (other tests of the session run jobs too): all GPUs free."""
+    cluster.run(["scancel", "--user", "root"], check=False)
+    deadline = time.monotonic() + timeout
+    while cluster.run(["squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING,PENDING", "-o", "%i"]).stdout.strip():
+        assert time.monotonic() < deadline, "jobs of other tests did not go away"
+        time.sleep(0.3)
+
+
+@pytest.fixture(params=["simulated", "slurm"])
+def harness(request, tmp_path):
+    if request.param == "simulated":
+        h = SimulatedHarness()
+    else:
+        h = SlurmHarness(request.getfixturevalue("slurm_cluster"), tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+# -- helpers -----------------------------------------------------------------------------
+def plan(number: int, start=(), keep=(), preempt=()) -> RoundPlan:
+    return RoundPlan(number, tuple(keep) + tuple(start), tuple(keep), tuple(start), tuple(preempt))
+
+
+def ids(obs: Observation) -> list[str]:
+    return [j.id for j in obs.jobs]
+
+
+def state(obs: Observation, job: str):
+    return next(j for j in obs.jobs if j.id == job)
+
+
+def running_on(obs: Observation, job: str) -> list[Assignment]:
+    return [a for a in obs.running if job in a.jobs]
+
+
+def used(obs: Observation, job: str, worker_type: str | None = None) -> float:
+    return sum(u.seconds for u in obs.usage
+               if job in u.assignment.jobs and worker_type in (None, u.assignment.worker_type))
+
+
+def is_running(job: str, worker_type: str):
+    """Really running there: it held GPUs of that type since the previous observation."""
+    return lambda obs: used(obs, job, worker_type) > 0
+
+
+def free(obs: Observation) -> dict[str, int]:
+    """GPUs of each server not held by a running assignment."""
+    out = {s.name: s.gpus for s in obs.servers}
+    for a in obs.running:
+        for name, count in a.servers:
+            out[name] -= count
+    return out
+
+
+def server_of(obs: Observation, worker_type: str, index: int = 0) -> Server:
+    return sorted((s for s in obs.servers if s.worker_type == worker_type), key=lambda s: s.name)[index]
+
+
+def on(obs: Observation, job: str, worker_type: str, gpus: int, index: int = 0) -> Assignment:
+    return Assignment((job,), worker_type, ((server_of(obs, worker_type, index).name, gpus),))
+
+
+def submitted(h: Harness, job: str) -> Observation:
+    return h.observe_until(lambda o: job in ids(o), f"job {job} in observe().jobs")
+
+
+def usage_since(h: Harness, index: int, job: str, worker_type: str | None = None) -> float:
+    """Usage of `job` reported by the observations from `h.history[index]` on."""
+    return sum(used(obs, job, worker_type) for obs in h.history[index:])
+
+
+# -- the contract ------------------------------------------------------------------------
+def test_a_submitted_job_is_observed_and_every_server_is_free(harness):
+    h = harness
+    job = h.submit(2)
+    obs = submitted(h, job)
+    assert ids(obs) == [job]
+    s = state(obs, job)
+    assert (s.scale_factor, s.job_type) == (2, MODEL)
+    assert s.arrival_time <= obs.time
+    assert running_on(obs, job) == [] and obs.departures == ()
+    assert set(h.backend.worker_types) == set(TYPES)
+    # every server of every type, with all its GPUs, and all of them free
+    assert sorted(Counter(s.worker_type for s in obs.servers).items()) == sorted(
+        (wt, SERVERS_PER_TYPE) for wt in TYPES)
+    assert all(s.gpus == GPUS_PER_SERVER for s in obs.servers)
+    assert len({s.name for s in obs.servers}) == len(obs.servers)
+    assert free(obs) == {s.name: GPUS_PER_SERVER for s in obs.servers}
+
+
+def test_a_started_job_runs_on_its_server_and_holds_its_gpus(harness):
+    h = harness
+    job = h.submit(2)
+    before = submitted(h, job)
+    a = on(before, job, "p100", 2, index=1)
+    h.execute(plan(0, start=[a]))
+    obs = h.observe_until(is_running(job, "p100"), f"job {job} running on p100")
+    assert running_on(obs, job) == [a]
+    assert job in ids(obs)
+    assert obs.servers == before.servers                        # all GPUs, busy or not
+    after = free(obs)
+    assert after[a.servers[0][0]] == GPUS_PER_SERVER - 2
+    assert {n: g for n, g in after.items() if n != a.servers[0][0]} == {
+        s.name: GPUS_PER_SERVER for s in obs.servers if s.name != a.servers[0][0]}
+    assert h.starts(job) == 1
+
+
+def test_usage_adds_up_to_the_time_it_ran(harness):
+    h = harness
+    job = h.submit(1)
+    submitted(h, job)
+    first = len(h.history)
+    h.execute(plan(0, start=[on(h.history[-1], job, "v100", 1)]))
+    obs = h.observe_until(is_running(job, "v100"), f"job {job} running on v100")
+    t0, mark = obs.time, len(h.history)
+    h.observe_for(6.0)
+    t1 = h.history[-1].time
+    # over successive observations: what ran since each previous one, on its type only
+    assert usage_since(h, mark, job, "v100") == pytest.approx(t1 - t0, abs=h.tolerance)
+    assert usage_since(h, first, job) == usage_since(h, first, job, "v100")
+    assert all(u.assignment.jobs == (job,) and u.assignment.gpus == 1 and u.seconds >= 0
+               for obs in h.history[first:] for u in obs.usage)
+    assert sum(1 for obs in h.history[mark:] if used(obs, job) > 0) >= 2   # every observation reports its part
+    # and in all, the time since it really started
+    assert usage_since(h, first, job) == pytest.approx(t1 - h.start_time(job), abs=h.tolerance)
+
+
+def test_a_preempted_job_stays_and_can_start_again_on_another_type(harness):
+    h = harness
+    job = h.submit(2)
+    obs = submitted(h, job)
+    a = on(obs, job, "v100", 2)
+    h.execute(plan(0, start=[a]))
+    h.observe_until(is_running(job, "v100"), f"job {job} running on v100")
+    # Slurm: RUNNING comes before the script has set its trap (a signal then is lost,
+    # and the backend requeues it only grace_seconds later): wait until it has started
+    assert h.starts(job) == 1
+    h.execute(plan(1, preempt=[job]))
+    obs = h.observe()
+    assert running_on(obs, job) == [] and job in ids(obs)
+    # it stops: an observation comes when it no longer holds GPUs
+    mark = len(h.history)
+    h.observe_until(lambda o: used(o, job) == 0, f"job {job} stopped")
+    for obs in h.history[mark - 1:]:
+        assert running_on(obs, job) == [] and job in ids(obs)
+        assert job not in [d.id for d in obs.departures]
+    assert free(h.history[-1]) == {s.name: GPUS_PER_SERVER for s in h.history[-1].servers}
+    # still waiting (not gone, not restarted by itself) a while later
+    for obs in h.observe_for(2.0):
+        assert job in ids(obs) and running_on(obs, job) == [] and used(obs, job) == 0
+        assert obs.departures == ()
+    assert h.starts(job) == 1
+    # started again, elsewhere: a move
+    mark = len(h.history)
+    b = on(h.history[-1], job, "k80", 2, index=1)
+    h.execute(plan(2, start=[b]))
+    obs = h.observe_until(is_running(job, "k80"), f"job {job} running again on k80")
+    assert running_on(obs, job) == [b]
+    assert usage_since(h, mark, job, "v100") == 0
+    assert h.starts(job) == 2
+    assert state(obs, job).scale_factor == 2
+
+
+def test_a_move_in_one_plan_stops_the_job_then_starts_it_on_the_new_type(harness):
+    """What the mechanism plans for a move: the job in `preempt` and in `start` of one plan."""
+    h = harness
+    job = h.submit(1)
+    obs = submitted(h, job)
+    h.execute(plan(0, start=[on(obs, job, "v100", 1)]))
+    h.observe_until(is_running(job, "v100"), f"job {job} running on v100")
+    assert h.starts(job) == 1                      # its trap is set (see the case above)
+    mark = len(h.history)
+    b = on(h.history[-1], job, "p100", 1)
+    h.execute(plan(1, start=[b], preempt=[job]))
+    obs = h.observe_until(is_running(job, "p100"), f"job {job} running on p100")
+    assert running_on(obs, job) == [b]
+    for obs in h.history[mark:]:
+        assert job in ids(obs) and obs.departures == ()
+        assert all(a.worker_type == "p100" for a in running_on(obs, job))
+    # on v100 only while it checkpointed and exited
+    assert usage_since(h, mark, job, "v100") <= h.stop_seconds
+    for obs in h.observe_for(2.0):
+        assert used(obs, job, "v100") == 0 and used(obs, job, "p100") > 0
+    assert h.starts(job) == 2
+
+
+def test_a_finished_job_departs_once_as_completed(harness):
+    h = harness
+    job = h.submit(1, long=False)
+    other = h.submit(1)                      # stays: the cluster is not empty after the departure
+    obs = submitted(h, job)
+    assert other in ids(obs)
+    first = len(h.history)
+    a = on(obs, job, "p100", 1)
+    h.execute(plan(0, start=[a, on(obs, other, "k80", 1)]))
+    h.observe_until(lambda o: job in [d.id for d in o.departures], f"job {job} departing",
+                    timeout=SHORT_SECONDS + h.timeout)
+    last = h.history[-1]
+    (departure,) = [d for d in last.departures if d.id == job]
+    assert departure.state == "completed"
+    assert job not in ids(last) and running_on(last, job) == []
+    assert other in ids(last) and running_on(last, other)
+    start = h.start_time(job)
+    assert start + SHORT_SECONDS - h.tolerance <= departure.time <= last.time + h.tolerance
+    h.observe_for(2.0)
+    seen = [d for obs in h.history[first:] for d in obs.departures]
+    assert [d.id for d in seen] == [job]                 # once, and only the job that finished
+    assert all(job not in ids(obs) and running_on(obs, job) == [] and used(obs, job) == 0
+               for obs in h.history[-2:])
+    # it held its GPUs from its start to its end: credited up to its end, not to the next observation
+    ran = usage_since(h, first, job)
+    assert ran == pytest.approx(departure.time - start, abs=h.tolerance)
+    assert ran >= SHORT_SECONDS - h.tolerance
+    assert h.starts(job) == 1
+
+
+def test_keeping_a_running_job_changes_nothing(harness):
+    h = harness
+    job = h.submit(4)
+    obs = submitted(h, job)
+    a = on(obs, job, "k80", 4)
+    h.execute(plan(0, start=[a]))
+    obs = h.observe_until(is_running(job, "k80"), f"job {job} running on k80")
+    t0, mark = obs.time, len(h.history)
+    started = h.start_time(job)
+    for r in (1, 2, 3):
+        h.execute(plan(r, keep=[a]))
+        for obs in h.observe_for(1.5):
+            assert running_on(obs, job) == [a] and job in ids(obs)
+    t1 = h.history[-1].time
+    assert h.starts(job) == 1 and h.start_time(job) == started       # not restarted
+    # no gap: it ran all along
+    assert usage_since(h, mark, job, "k80") == pytest.approx(t1 - t0, abs=h.tolerance)
+    assert usage_since(h, mark, job) == usage_since(h, mark, job, "k80")
