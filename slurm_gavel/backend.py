@@ -35,6 +35,7 @@ class JobState:
     name: str = ""                # for people: job name, owner, account
     user: str = ""
     account: str = ""
+    speeds: tuple[tuple[str, float], ...] = ()   # the user's hint: (worker type, steps/s)
 
 
 @dataclass(frozen=True)

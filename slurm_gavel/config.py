@@ -35,6 +35,7 @@ class Config:
     partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type; {} = from Slurm
     prices: Mapping[str, float] = field(default_factory=dict)    # GPU type -> $ per GPU-hour
     solver_budget_seconds: float = 60.0
+    solver_wait_seconds: float = 5.0     # a round waits this long (at most half a round) for a fresh solve
     preemption_signal: str = "USR2"
     signal_all_steps: bool = False       # scancel --full (training under srun) instead of --batch
     requeue_exit_code: int = 85
@@ -59,6 +60,8 @@ class Config:
             bad("policy", str(e))
         except InputError as e:
             bad("policy", e.problem)
+        if not (isinstance(self.solver_wait_seconds, (int, float)) and 0 <= self.solver_wait_seconds < math.inf):
+            bad("solver_wait_seconds", f"must be a number >= 0, got {self.solver_wait_seconds!r}")
         for key in ("round_seconds", "tick_seconds", "solver_budget_seconds", "grace_seconds",
                     "command_timeout_seconds"):
             v = getattr(self, key)

@@ -76,7 +76,8 @@ class Daemon:
         self.engine = Engine(self.clock, self.backend, self._allocator(config),
                              self.throughputs, self.store,
                              config.round_seconds, prices=config.prices,
-                             space_sharing=config.space_sharing)
+                             space_sharing=config.space_sharing,
+                             solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2))
         self._reload = False
         self._check_slurm_config(config)
         log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
@@ -162,6 +163,7 @@ class Daemon:
         self.throughputs.sample_seconds = new.round_seconds
         self.engine.round_seconds = new.round_seconds
         self.engine.prices = dict(new.prices)
+        self.engine.solve_patience = min(new.solver_wait_seconds, new.round_seconds / 2)
         self.clock.every = new.tick_seconds
         self.config = new
         log.info("reloaded %s: policy %s, rounds of %.0f s", path, new.policy, new.round_seconds)

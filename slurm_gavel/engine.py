@@ -109,7 +109,7 @@ class Engine:
                  store: Store | None = None, round_seconds: float = DEFAULT_ROUND_SECONDS,
                  prices: Mapping[str, float] | None = None, space_sharing: bool = False,
                  recompute_seconds: float | None = None,
-                 min_reset_seconds: float = DEFAULT_RESET_SECONDS):
+                 min_reset_seconds: float = DEFAULT_RESET_SECONDS, solve_patience: float = 0.0):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         self.clock, self.backend, self.allocator = clock, backend, allocator
@@ -120,6 +120,10 @@ class Engine:
         self.space_sharing = space_sharing
         self.recompute_seconds = recompute_seconds
         self.min_reset_seconds = float(min_reset_seconds)
+        # How long a round may wait for a solve it just submitted (allocators that
+        # can be waited on): most solves take milliseconds, and waiting that long
+        # beats placing the newcomers on agnostic shares for a whole round.
+        self.solve_patience = float(solve_patience)
         self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
         self.ledger = Ledger(self.worker_types)
@@ -168,6 +172,9 @@ class Engine:
             if self.input is not None:
                 self.allocator.submit(self.input, now)
                 self._last_submit = now
+                wait = getattr(self.allocator, "wait", None)
+                if self.solve_patience > 0 and wait is not None:
+                    wait(self.solve_patience)
             self.resets += 1
         solved = self.allocator.latest(now)
         if jobs_changed or solved is not self._solved or self.allocation is None:

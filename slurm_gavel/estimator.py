@@ -9,12 +9,16 @@ the policy's T is built here from three sources, best first:
    ``(model, scale factor, worker type, partner model, spread)``; a job with no
    measurement of its own on a type uses its model's (other jobs of the same
    model taught us) unless `share_across_jobs` is off.
-2. **The reference table** (a `ThroughputTable`, e.g. Gavel's measured one):
+2. **The user's hint** (``speeds=v100:4.2,...`` in the job's flags,
+   `JobState.speeds`): steps/s on the types it names, rescaled to what the
+   job was measured at, like a reference row; trusted below a measurement
+   and above the table, since it is about this very job.
+3. **The reference table** (a `ThroughputTable`, e.g. Gavel's measured one):
    a job of a model it knows starts from that model's row, rescaled to what
    the job was measured at (geometric mean of measured / reference).
-3. **A fingerprint** for a model the reference does not know: after a
+4. **A fingerprint** for a model the reference does not know: after a
    bounded exploration (its estimate makes every type it has not been
-   measured on look `optimism` times better than the best measured one, so
+   measured on, and has no hint for, look `optimism` times better than the best measured one, so
    the policy gives it time there, until it has run `explore_rounds` rounds),
    its partial row is completed against the reference rows by low-rank matrix
    completion (`ReferenceSet.fingerprint`: the reference rows' factors come
@@ -63,9 +67,10 @@ STALE_CHANGE = 0.10            # an estimate served to the policy moving this mu
 DEFAULT_THROUGHPUT = 1.0       # nothing known: the same speed on every type
 
 # kinds of estimate, best first, with the confidence each carries
-MEASURED, LEARNED, REFERENCE, FINGERPRINT, EXPLORE, MEAN, DEFAULT = (
-    "measured", "learned", "reference", "fingerprint", "explore", "mean", "default")
-KINDS = (MEASURED, LEARNED, REFERENCE, FINGERPRINT, EXPLORE, MEAN, DEFAULT)
+MEASURED, LEARNED, HINT, REFERENCE, FINGERPRINT, EXPLORE, MEAN, DEFAULT = (
+    "measured", "learned", "hint", "reference", "fingerprint", "explore", "mean", "default")
+KINDS = (MEASURED, LEARNED, HINT, REFERENCE, FINGERPRINT, EXPLORE, MEAN, DEFAULT)
+HINT_CONFIDENCE = 0.7
 
 
 def measured_confidence(samples: int) -> float:
@@ -363,6 +368,7 @@ class RowEstimate:
 class _Job:
     model: str
     scale_factor: int
+    speeds: tuple = ()            # the user's hint: ((worker type, steps/s), ...)
     version: int = 0              # bumped when its own measurements move materially
     last_lookup: int = 0
 
@@ -575,8 +581,9 @@ class EstimatingThroughputs:
         new = False
         for job in jobs:
             j = self._jobs.get(job.id)
-            if j is None or (j.model, j.scale_factor) != (job.job_type, job.scale_factor):
-                self._jobs[job.id] = j = _Job(job.job_type, int(job.scale_factor))
+            speeds = tuple(getattr(job, "speeds", ()) or ())
+            if j is None or (j.model, j.scale_factor, j.speeds) != (job.job_type, job.scale_factor, speeds):
+                self._jobs[job.id] = j = _Job(job.job_type, int(job.scale_factor), speeds)
                 self._cache.pop(job.id, None)
                 new = True
             j.last_lookup = self._lookups
@@ -698,6 +705,18 @@ class EstimatingThroughputs:
                 conf[t] = 0.8 * measured_confidence(samples[t])
         measured = np.isfinite(values)
         positive = measured & (values > 0)
+        if j.speeds:
+            hint = dict(j.speeds)
+            hint_row = np.array([hint.get(wt, np.nan) for wt in wts], dtype=float)
+            both = positive & np.isfinite(hint_row)
+            # a hint off by a constant factor (another batch size, a slower node) is
+            # still right about the shape: scale it to what was measured
+            scale = math.exp(float(np.mean(np.log(values[both] / hint_row[both])))) if both.any() else 1.0
+            for t in range(k):
+                if not measured[t] and np.isfinite(hint_row[t]):
+                    values[t], kinds[t], conf[t] = hint_row[t] * scale, HINT, HINT_CONFIDENCE
+            measured = np.isfinite(values)
+            positive = measured & (values > 0)
         known = self._known(j.model, j.scale_factor)
         ref_types = set(self.reference.worker_types) if self.reference is not None else set()
         phase, proxy, fp = ("known" if known else "unknown"), (j.model if known else None), None

@@ -206,7 +206,8 @@ class SlurmBackend:
                 scale_factor=max(1, j.total_gpus), arrival_time=j.submit_time or now,
                 total_steps=float(flags.steps) if flags.steps else math.nan,
                 weight=flags.weight, entity=flags.entity or j.account,
-                slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account))
+                slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account,
+                speeds=flags.speeds or ()))
         self._bad_flags = bad
         steps_done, measurements = self._read_progress(states)
         servers = []

@@ -37,6 +37,9 @@ def test_values_are_read(tmp_path):
     ('partitions = "v100"', "partitions"),
     ("[prices]\nv100 = -1", "prices.v100"),
     ('throughputs = "/no/such/file.json"', "throughputs"),
+    ("explore_rounds = -1", "explore_rounds"),
+    ("explore_rounds = 2.5", "explore_rounds"),
+    ("solver_wait_seconds = -1", "solver_wait_seconds"),
 ])
 def test_mistakes_name_the_key(tmp_path, text, field):
     path = tmp_path / "gavel.toml"

@@ -71,13 +71,13 @@ def write_config(tmp: Path, cluster, **extra) -> Path:
     return path
 
 
-def submit(cluster, tmp: Path, model: str, gpus: int, steps: int, extra=()) -> str:
+def submit(cluster, tmp: Path, model: str, gpus: int, steps: int, extra=(), flags: str = "") -> str:
     script = tmp / "job.sh"
     if not script.exists():
         script.write_text(JOB)
     out = cluster.run(["sbatch", "--parsable",
                        f"--export=ALL,TOTAL={steps},JOBDIR={tmp},GAVEL_PROGRESS_DIR={tmp / 'progress'}",
-                       "-o", str(tmp / "out-%j.txt"), "--comment", f"gavel model={model} steps={steps}",
+                       "-o", str(tmp / "out-%j.txt"), "--comment", f"gavel model={model} steps={steps} {flags}".rstrip(),
                        f"--gres=gpu:{gpus}", *extra, str(script)]).stdout
     return out.strip().split(";")[0]
 
@@ -409,3 +409,23 @@ def test_a_job_of_an_unseen_model_is_explored_estimated_and_scheduled(clean, tmp
         assert abs(e["steps_per_second"] - TRUE_SPEED[wt]) <= limit * TRUE_SPEED[wt], (wt, e)
     # and then scheduled where it is fastest: it finished on v100
     assert segs[-1][0] == "v100", segs
+
+
+def test_a_speeds_hint_places_an_unseen_model_at_once(clean, tmp_path):
+    """`speeds=` in the flags: the estimator takes the user's numbers instead of
+    exploring, so the first round already puts the job on the type the hint says is
+    fastest (p100 here, which no table would guess)."""
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+    job = submit(cluster, tmp_path, "hinted-net", 1, 4, flags="speeds=v100:1,p100:8,k80:1")
+    daemon = start_daemon(config, "--max-rounds", "2")
+    try:
+        daemon.wait(timeout=90)
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    out = (tmp_path / f"out-{job}.txt").read_text()
+    assert out.splitlines()[0].endswith("partition=p100"), out
+    store = SqliteStore(tmp_path / "gavel.db", readonly=True)
+    kinds = dict(store.db.execute("select worker_type, kind from throughput_estimates where job = ?", [job]))
+    assert kinds == {"v100": "hint", "p100": "hint", "k80": "hint"}, kinds

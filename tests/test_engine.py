@@ -232,3 +232,36 @@ def test_round_length_must_be_positive():
     backend = SimulatedCluster([], table, {"v100": 1}, clock)
     with pytest.raises(ValueError):
         Engine(clock, backend, Immediate(make_policy("fifo")), TableThroughputs(table), round_seconds=0)
+
+
+class SlowPolicy:
+    """A policy that takes `seconds` per solve (a big cluster's LP)."""
+
+    def __init__(self, seconds: float):
+        self.inner, self.seconds = make_policy("max_min_fairness"), seconds
+        self.name = self.inner.name
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def allocate(self, inp):
+        time.sleep(self.seconds)
+        return self.inner.allocate(inp)
+
+
+@pytest.mark.parametrize("patience, fresh", [(0.0, False), (5.0, True)])
+def test_a_round_waits_for_its_solve_up_to_the_patience(patience, fresh):
+    """With patience, the first round already uses the solved allocation; without,
+    it goes on at once with the interim (agnostic) shares."""
+    table = small_table()
+    clock = WallClock()
+    backend = SimulatedCluster([job("fast", 10 ** 6), job("flat", 10 ** 6)], table,
+                               {"v100": 1, "p100": 1, "k80": 1}, clock)
+    allocator = Background(SlowPolicy(0.3))
+    try:
+        engine = Engine(clock, backend, allocator, TableThroughputs(table), MemoryStore(), 60.0,
+                        solve_patience=patience)
+        engine.plan()
+        assert (engine.allocation.policy != INTERIM) == fresh, engine.allocation.policy
+    finally:
+        allocator.close()

@@ -203,6 +203,51 @@ def test_exploration_is_bounded_even_if_a_type_is_never_tried():
     assert "explore" not in row.kinds and np.isfinite(row.solo).all()
 
 
+def hinted(i, model, speeds) -> JobState:
+    return JobState(str(i), model, 1, 0.0, 1000.0, speeds=tuple(sorted(speeds.items())))
+
+
+def test_a_full_hint_needs_no_exploration_and_is_what_the_policy_sees():
+    est = EstimatingThroughputs(make_table())
+    hint = {"v100": 6.0, "p100": 4.0, "k80": 0.5}
+    t = est.lookup([hinted(0, "mystery", hint)], TYPES)
+    assert t.solo[0] == pytest.approx([6.0, 4.0, 0.5])
+    row = est.estimate_job("0", TYPES)
+    assert row.kinds == ("hint",) * 3 and row.phase != "explore"
+    assert (row.confidence > 0.6).all()            # above a reference row's
+
+
+def test_a_hint_is_rescaled_by_measurements_and_replaced_where_measured():
+    est = EstimatingThroughputs(make_table())
+    est.lookup([hinted(0, "mystery", {"v100": 6.0, "p100": 4.0})], TYPES)
+    row = est.estimate_job("0", TYPES)
+    # k80 has no hint: explored (it looks better than the best hinted type)
+    assert row.kinds == ("hint", "hint", "explore") and row.phase == "explore"
+    assert row.solo[2] == pytest.approx(DEFAULT_OPTIMISM * 6.0)
+    measure(est, [("0", "v100", 3.0)])             # half the hinted speed: so is p100, likely
+    row = est.estimate_job("0", TYPES)
+    assert row.kinds[:2] == ("measured", "hint")
+    assert row.solo[:2] == pytest.approx([3.0, 2.0])
+
+
+def test_a_hint_beats_the_reference_row_of_a_known_model():
+    est = EstimatingThroughputs(make_table())
+    est.lookup([hinted(0, "conv", {"p100": 99.0})], TYPES)
+    row = est.estimate_job("0", TYPES)
+    ref = np.array(SHAPES["conv"]) * SCALE["conv"]
+    assert row.kinds == ("reference", "hint", "reference")
+    assert row.solo[1] == 99.0
+    # the reference row is scaled to agree with the hint where both say something
+    assert row.solo[0] == pytest.approx(ref[0] * 99.0 / ref[1])
+
+
+def test_a_changed_hint_is_taken():
+    est = EstimatingThroughputs(make_table())
+    est.lookup([hinted(0, "mystery", {"v100": 6.0, "p100": 4.0, "k80": 1.0})], TYPES)
+    t = est.lookup([hinted(0, "mystery", {"v100": 2.0, "p100": 4.0, "k80": 1.0})], TYPES)
+    assert t.solo[0] == pytest.approx([2.0, 4.0, 1.0])
+
+
 def test_measured_pairs_replace_estimated_ones():
     est = EstimatingThroughputs(make_table())
     jobs = [job(0, "conv"), job(1, "rnn")]
