@@ -20,7 +20,11 @@ COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",
     "share": "SHARE", "time": "TIME", "priority": "PRIORITY", "rounds": "ROUNDS",
     "progress": "STEPS", "reason": "REASON",
+    # optional (-o): what the policy was told each type runs the job at, and where from
+    "throughput": "STEPS/S", "estimate": "ESTIMATE",
 }
+KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fingerprint": "f",
+             "explore": "?", "mean": "?", "default": "?"}
 DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,progress,reason"
 
 
@@ -43,6 +47,9 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
                                       + [wt for t in shares.values() for wt in t]
                                       + [wt for t in times.values() for wt in t]))
     interim = set(meta["interim_jobs"]) if meta else set()
+    estimates: dict[str, dict[str, dict]] = {}
+    for e in store.throughput_estimates(active_only=False):
+        estimates.setdefault(e["job"], {})[e["worker_type"]] = e
     out = []
     for j in jobs:
         st = status.get(j["id"], {})
@@ -54,6 +61,9 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
         if job_ids and j["id"] not in job_ids:
             continue
         reason = st.get("reason") if st else "not yet scheduled (waiting for the next round)"
+        est = estimates.get(j["id"], {})
+        phase = next(iter(est.values()))["phase"] if est else None
+        proxy = next(iter(est.values()))["proxy"] if est else None
         out.append({
             "jobid": j["id"], "user": j["user"], "name": j["name"], "account": j["account"],
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
@@ -64,6 +74,9 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
             "priority": st.get("priority"), "rounds": rounds.get(j["id"], 0),
             "steps_done": j.get("steps_done"), "steps": j.get("steps"),
             "reason": reason or "",
+            "throughput": {t: {"steps_per_second": est[t]["steps_per_second"], "kind": est[t]["kind"],
+                               "confidence": est[t]["confidence"]} for t in worker_types if t in est},
+            "estimate": (f"{phase} (like {proxy})" if phase == "fingerprint" and proxy else phase),
         })
     return out, worker_types
 
@@ -96,6 +109,11 @@ def _cell(row: dict, key: str, worker_types: list[str]) -> str:
         if done is None:
             return "-"
         return f"{done:.0f}/{total:.0f}" if total else f"{done:.0f}"
+    if key == "throughput":
+        # the number, marked by where it comes from: nothing = measured, ~ learned from
+        # jobs of the same model, h hint, r reference table, f fingerprint, ? a guess
+        return "/".join(f"{v[t]['steps_per_second']:.3g}{KIND_MARK.get(v[t]['kind'], '?')}"
+                        if t in v else "-" for t in worker_types) if v else "-"
     if key == "priority":
         return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
     if v is None or v == "":
@@ -108,7 +126,7 @@ def table(data: list[dict], worker_types: list[str], fmt: str) -> str:
     for k in keys:
         if k not in COLUMNS:
             raise InputError("-o", f"unknown column {k!r} (columns: {', '.join(COLUMNS)})")
-    header = [COLUMNS[k] + (f"({'/'.join(worker_types)})" if k in ("share", "time") else "")
+    header = [COLUMNS[k] + (f"({'/'.join(worker_types)})" if k in ("share", "time", "throughput") else "")
               for k in keys]
     body = [[_cell(r, k, worker_types) for k in keys] for r in data]
     widths = [max(len(x) for x in col) for col in zip(header, *body)]
@@ -133,7 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only jobs running on this GPU type")
     p.add_argument("-j", "--jobs", action="append", default=[], metavar="ID[,ID]", help="only these jobs")
     p.add_argument("-o", "--format", default=DEFAULT_FORMAT, metavar="COLS",
-                   help=f"columns (default: {DEFAULT_FORMAT})")
+                   help=f"columns (default: {DEFAULT_FORMAT}; also: throughput, estimate)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--cluster", action="store_true", help="per GPU type: GPUs, busy, share, utilization")
 

@@ -44,3 +44,45 @@ def test_gqueue_errors_are_one_line(tmp_path, capsys):
     run(db, rounds=1, n_jobs=2)
     assert main(["--db", str(db), "-o", "jobid,colour"]) == 2
     assert "colour" in capsys.readouterr().err
+
+
+def test_gqueue_shows_the_throughputs_the_policy_was_told_and_where_from(tmp_path, capsys):
+    """With the estimator (as in the daemon): a job of a model the table does not know
+    shows its exploration; measured entries carry no mark, guesses a '?'."""
+    from slurm_gavel.clock import SimulatedClock
+    from slurm_gavel.engine import Engine
+    from slurm_gavel.estimator import EstimatingThroughputs
+    from slurm_gavel.policies import make_policy
+    from slurm_gavel.recompute import Immediate
+    from slurm_gavel.simulator import SimulatedCluster
+    from slurm_gavel.sqlite_store import SqliteStore
+    from slurm_gavel.workloads import generate_trace
+
+    from test_engine import small_table
+
+    table = small_table()
+    jobs = generate_trace(table, n_jobs=4, rate_per_hour=60, seed=1)
+    clock = SimulatedClock()
+    backend = SimulatedCluster(jobs, table, {"v100": 1, "p100": 1, "k80": 1}, clock, measure=True)
+    store = SqliteStore(tmp_path / "state.db")
+    known = {m: r for m, r in table.to_gavel_dict().items()}
+    # the estimator's reference lacks the first job's model: that job must explore
+    hidden = jobs[0].job_type
+    reference = type(table).from_gavel_dict(
+        {wt: {k: v for k, v in rows.items() if hidden not in k} for wt, rows in known.items()})
+    engine = Engine(clock, backend, Immediate(make_policy("max_min_fairness")),
+                    EstimatingThroughputs(reference, store=store, clock=clock.now), store)
+    for _ in range(2):
+        engine.step()
+        store.status(engine.round - 1, clock.now(), engine.explain())
+    assert main(["--db", str(tmp_path / "state.db"), "--json"]) == 0
+    rows = {r["jobid"]: r for r in json.loads(capsys.readouterr().out)["jobs"]}
+    first = rows["0"]
+    assert first["model"] == hidden and first["estimate"] == "explore"
+    assert {e["kind"] for e in first["throughput"].values()} <= {"measured", "explore"}
+    others = [r for r in rows.values() if r["model"] != hidden]
+    assert others and all(r["estimate"] == "known" for r in others)
+    assert main(["--db", str(tmp_path / "state.db"), "-o", "jobid,throughput,estimate"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "JOBID" and lines[0].split()[1].startswith("STEPS/S(")
+    assert any("?" in line and "explore" in line for line in lines[1:]), lines
