@@ -215,6 +215,7 @@ def test_aliases_carry_gavel_meaning():
 
 def test_compiled_problem_is_reused_for_new_numbers():
     policy = make_policy("max_min_fairness").policy
+    policy.use_direct = False          # the cvxpy route (direct.py compiles nothing)
     rng = np.random.default_rng(3)
     first = random_input(rng, 12, 3)
     policy.allocate(first)

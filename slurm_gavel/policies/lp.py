@@ -4,7 +4,9 @@ The base compiles a policy's problem once per structure, refills numbers,
 solves, checks the status and returns an `Allocation`.  Before that it
 shrinks the problem without changing the optimum: identical jobs share one
 row (symmetry.py), and with space sharing, pair rows are priced (column
-generation) so that the LP holds only the pairs that matter.
+generation) so that the LP holds only the pairs that matter.  Max-min and
+max-sum problems without pair rows skip cvxpy: direct.py hands the same LP to
+HiGHS as arrays (the simulator solves thousands of them).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import cvxpy as cp
 import numpy as np
 
 from ..model import Allocation, PolicyInput
-from .program import AllocationProgram, Numbers, Structure, repair
+from . import direct
+from .program import AllocationProgram, Numbers, Structure, clean, repair
 from .solver import LP_SOLVERS, Compiled, ProgramCache, solve
 
 
@@ -49,6 +52,8 @@ class LinearPolicy:
     # Solve identical jobs as one row (exact; see symmetry.py).
     use_symmetry = True
     pricing_batch = 4
+    # Solve LPs that direct.py writes out without cvxpy (same LP, no overhead).
+    use_direct = True
 
     def __init__(self):
         self._cache = ProgramCache()
@@ -108,9 +113,27 @@ class LinearPolicy:
         numbers += [solo for solo, _ in rates.values()]
         return [v for v in numbers if v.ndim and v.shape[0] == inp.n_jobs]
 
+    def direct(self, structure: Structure, numbers: Numbers, rates: dict,
+               params: dict):
+        """The same LP solved without cvxpy (direct.py), or None where that does not apply."""
+        return None
+
     def _run(self, structure: Structure, numbers: Numbers, rates: dict, params: dict,
-             inp: PolicyInput) -> tuple[float, Compiled]:
-        """Compile (or reuse) the problem of `structure`, fill in the numbers, solve."""
+             inp: PolicyInput) -> tuple[float, np.ndarray, np.ndarray, Compiled | None]:
+        """Solve the problem of `structure` with these numbers: (value, X, pair X, compiled).
+
+        The direct route when the policy has one (compiled is then None), else
+        the cvxpy formulation: compiled once per structure, refilled.
+        """
+        found = self.direct(structure, numbers, rates, params)
+        if found is not None:
+            return found.value, clean(found.x, numbers.feasible), np.zeros((0, structure.n_types)), None
+        compiled = self._compiled(structure, numbers, rates, params)
+        value = self.solve(compiled, inp)
+        return value, *compiled.program.values(), compiled
+
+    def _compiled(self, structure: Structure, numbers: Numbers, rates: dict, params: dict) -> Compiled:
+        """Compile (or reuse) the problem of `structure` and fill in the numbers."""
         def build():
             program = AllocationProgram(structure=structure)
             problem, handles = self.formulate(program)
@@ -126,14 +149,14 @@ class LinearPolicy:
             compiled.program.set_rate(name, solo, shared)
         for name, value in params.items():
             compiled.params[name].value = value
-        return self.solve(compiled, inp), compiled
+        return compiled
 
     def _solve_once(self, inp: PolicyInput, params: dict | None = None,
                     rates: dict | None = None) -> tuple[Allocation, Compiled]:
         params = self.parameters(inp) if params is None else params
         rates = self.rates(inp) if rates is None else rates
-        value, compiled = self._run(Structure.of(inp), Numbers.of(inp), rates, params, inp)
-        x, xp = repair(inp, *compiled.program.values())
+        value, x, xp, compiled = self._run(Structure.of(inp), Numbers.of(inp), rates, params, inp)
+        x, xp = repair(inp, x, xp)
         allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
                                 objective=self.objective_value(value, inp),
                                 pair_jobs=inp.pair_jobs, x_pairs=xp)
@@ -157,8 +180,7 @@ class LinearPolicy:
                  for name, (solo, shared) in rates.items()}
         params = {name: (np.asarray(v)[reps] if np.ndim(v) and np.shape(v)[0] == n else v)
                   for name, v in params.items()}
-        value, compiled = self._run(structure, numbers, rates, params, inp)
-        y, z = compiled.program.values()
+        value, y, z, _ = self._run(structure, numbers, rates, params, inp)
         x, pair_jobs, x_pairs = expand(inp, classes, y, z)
         x, x_pairs = repair(inp, x, x_pairs, pair_jobs)
         return Allocation(inp.job_ids, inp.worker_types, x, self.name,
@@ -211,6 +233,12 @@ class CoefficientPolicy(LinearPolicy):
 class MaxMinPolicy(CoefficientPolicy):
     """maximize_X min_m c_m * throughput(m, X)."""
 
+    def direct(self, structure, numbers, rates, params):
+        if not _direct_applies(self, MaxMinPolicy, structure, rates, params):
+            return None
+        return direct.max_min(np.asarray(params["coef"], dtype=float), numbers.solo, numbers.feasible,
+                              numbers.counts, structure.multiplicity, structure.scale_factors)
+
     def formulate(self, program: AllocationProgram):
         coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
         objective = cp.Maximize(cp.min(cp.multiply(coef, program.throughput)))
@@ -220,7 +248,21 @@ class MaxMinPolicy(CoefficientPolicy):
 class MaxSumPolicy(CoefficientPolicy):
     """maximize_X sum_m c_m * throughput(m, X)."""
 
+    def direct(self, structure, numbers, rates, params):
+        if not _direct_applies(self, MaxSumPolicy, structure, rates, params):
+            return None
+        return direct.max_sum(np.asarray(params["coef"], dtype=float), numbers.solo, numbers.feasible,
+                              numbers.counts, structure.multiplicity, structure.scale_factors)
+
     def formulate(self, program: AllocationProgram):
         coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
         objective = cp.Maximize(program.total(cp.multiply(coef, program.throughput)))
         return cp.Problem(objective, program.constraints), {"coef": coef}
+
+
+def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rates: dict,
+                    params: dict) -> bool:
+    """direct.py solves `base`'s own LP: no pair rows, no other rates, the formulation not overridden."""
+    return (policy.use_direct and not len(structure.pair_jobs) and not rates and set(params) == {"coef"}
+            and type(policy).formulate is base.formulate and type(policy).solve is LinearPolicy.solve
+            and direct.available())

@@ -197,17 +197,23 @@ class AllocationProgram:
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:
         """The solved X (n, k) and pair X (P, k), cleaned of solver noise."""
-        x = np.clip(self.x.value.reshape(self.n_jobs, self.n_types), 0.0, None)
-        x = np.minimum(x, self.solo_cap.value.reshape(x.shape))
+        x = clean(self.x.value.reshape(self.n_jobs, self.n_types), self.solo_cap.value.reshape(-1, self.n_types))
         xp = np.zeros((self.n_pairs, self.n_types))
         if self.n_pairs:
-            xp = np.clip(self.x_pairs.value.reshape(self.n_pairs, self.n_types), 0.0, None)
-            xp = np.minimum(xp, self.pair_cap.value.reshape(xp.shape))
-        # Interior-point solvers leave ~1e-9 where the answer is 0; a share of
-        # 1e-7 is 36 microseconds of a 6-minute round.  Call both zero.
-        x[x < 1e-7] = 0.0
-        xp[xp < 1e-7] = 0.0
+            xp = clean(self.x_pairs.value.reshape(self.n_pairs, self.n_types),
+                       self.pair_cap.value.reshape(-1, self.n_types))
         return x, xp
+
+
+def clean(x: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """A solver's X clipped to [0, cap], with solver noise set to 0.
+
+    Interior-point solvers leave ~1e-9 where the answer is 0; a share of
+    1e-7 is 36 microseconds of a 6-minute round.  Call both zero.
+    """
+    x = np.minimum(np.clip(x, 0.0, None), cap)
+    x[x < 1e-7] = 0.0
+    return x
 
 
 def repair(inp: PolicyInput, x: np.ndarray, xp: np.ndarray,

@@ -19,6 +19,7 @@ the same share.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -28,9 +29,8 @@ from ..model import PolicyInput
 @dataclass(frozen=True)
 class Classes:
     labels: np.ndarray          # (n,) class of each job
-    representatives: np.ndarray  # (C,) one job of each class
+    representatives: np.ndarray  # (C,) one job of each class (its first)
     sizes: np.ndarray           # (C,) jobs per class
-    members: list               # C arrays of job indices
     pair_classes: np.ndarray    # (Q, 2) class pairs that may share (A <= B)
     pair_rows: np.ndarray       # (Q,) a representative row of inp's pairs for each
     pair_flipped: np.ndarray    # (Q,) that row lists the B job first
@@ -39,34 +39,45 @@ class Classes:
     def n_classes(self) -> int:
         return len(self.representatives)
 
+    @cached_property
+    def members(self) -> list:
+        """C arrays of job indices, each in increasing order."""
+        order = np.argsort(self.labels, kind="stable")
+        return np.split(order, np.cumsum(self.sizes)[:-1])
+
 
 def find_classes(inp: PolicyInput, per_job: list[np.ndarray]) -> Classes | None:
     """The classes of identical jobs, or None when there is nothing to gain.
 
     `per_job` are the policy's per-job numbers (arrays of length n, or (n, k)).
-    With pairs, the reduction applies only if pair throughputs depend on the
-    two classes alone and every two jobs of those classes may pair.
+    Identical means bit for bit.  With pairs, the reduction applies only if
+    pair throughputs depend on the two classes alone and every two jobs of
+    those classes may pair.
     """
     n = inp.n_jobs
     columns = [inp.solo_throughputs, inp.feasible.astype(float),
                inp.scale_factors[:, None].astype(float)]
     columns += [np.asarray(a, dtype=float).reshape(n, -1) for a in per_job]
-    keys = np.ascontiguousarray(np.concatenate(columns, axis=1))
-    _, representatives, labels = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    labels = labels.reshape(-1)
-    if len(representatives) == n:
+    # Rows compared as their bits (as integers): equal bits, same class.
+    keys = np.ascontiguousarray(np.concatenate(columns, axis=1)).view(np.int64)
+    order = np.lexsort(keys.T[::-1])           # stable: a class's jobs by index
+    ordered = keys[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    starts = np.flatnonzero(first)
+    if len(starts) == n:
         return None
-    sizes = np.bincount(labels, minlength=len(representatives))
-    order = np.argsort(labels, kind="stable")
-    members = np.split(order, np.cumsum(sizes)[:-1])
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = np.cumsum(first) - 1
+    representatives = order[starts]
+    sizes = np.diff(np.append(starts, n))
     empty = np.zeros((0, 2), dtype=np.int64)
     if inp.n_pairs == 0:
-        return Classes(labels, representatives, sizes, members, empty,
-                       np.zeros(0, np.int64), np.zeros(0, bool))
-    return _with_pairs(inp, labels, representatives, sizes, members)
+        return Classes(labels, representatives, sizes, empty, np.zeros(0, np.int64), np.zeros(0, bool))
+    return _with_pairs(inp, labels, representatives, sizes)
 
 
-def _with_pairs(inp, labels, representatives, sizes, members) -> Classes | None:
+def _with_pairs(inp, labels, representatives, sizes) -> Classes | None:
     ca, cb = labels[inp.pair_jobs[:, 0]], labels[inp.pair_jobs[:, 1]]
     flipped = ca > cb
     lo, hi = np.minimum(ca, cb), np.maximum(ca, cb)
@@ -88,7 +99,7 @@ def _with_pairs(inp, labels, representatives, sizes, members) -> Classes | None:
     expected = np.where(qa == qb, sizes[qa] * (sizes[qa] - 1) // 2, sizes[qa] * sizes[qb])
     if not (counts == expected).all():
         return None
-    return Classes(labels, representatives, sizes, members, np.stack([qa, qb], axis=1),
+    return Classes(labels, representatives, sizes, np.stack([qa, qb], axis=1),
                    first, flipped[first])
 
 

@@ -1,0 +1,168 @@
+"""Max-min and max-sum over the allocation program, handed to HiGHS directly.
+
+The simulator solves thousands of small class problems (one row per kind of
+job: at most 26 rows in Gavel's workloads, 3 GPU types).  Through cvxpy each
+costs about 1.5 ms of refilling parameters and unpacking results around a
+solve that takes a fraction of that.  Without pair rows these LPs are simple
+enough to write out as HiGHS's column-wise arrays, which is what this module
+does; `LinearPolicy` uses it where it applies and the cvxpy formulation
+(lp.py) everywhere else.  Rows m stand for mult_m identical jobs (symmetry.py).
+
+Max-min (`MaxMinPolicy`), over X (rows m, types j) and t:
+
+    maximize  t
+    s.t.      t <= c_m * sum_j T_mj X_mj                for every row m
+              sum_j X_mj <= 1                           for every row m    (2)
+              sum_m mult_m * sf_m * X_mj <= G_j         for every type j   (3)
+              0 <= X_mj <= F_mj                                            (1)
+
+Max-sum (`MaxSumPolicy`): maximize sum_m mult_m * c_m * sum_j T_mj X_mj under
+(1)-(3).  F_mj is 1 where row m can run on type j, else 0.
+
+These are the cvxpy formulations' LPs (without cvxpy's auxiliary variables),
+so the optimum is the same; where the optimum is not unique (max-min is
+indifferent to jobs above the minimum) the two may return different optimal
+vertices.  Each call solves from scratch (no basis kept from an earlier
+call), so the answer depends on the input alone.  A status other than
+optimal returns None and the caller falls back to the cvxpy route, which
+tries other solvers and raises `SolverError` when none succeeds.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .solver import _silence_highs_banner
+
+# HiGHS options: its dual simplex (as the cvxpy route uses) without presolve
+# (on LPs this small presolve costs more than it saves).  Tests may add
+# options (an iteration limit, say) to exercise the fallback.
+OPTIONS = {"output_flag": False, "presolve": "off", "solver": "simplex"}
+
+_local = threading.local()
+
+
+def _highs():
+    """This thread's HiGHS instance (made once; every model passed to it replaces the last)."""
+    h = getattr(_local, "highs", None)
+    if h is None:
+        import highspy
+        _silence_highs_banner()
+        h = highspy.Highs()
+        for name, value in OPTIONS.items():
+            h.setOptionValue(name, value)
+        _local.highs = h
+    return h
+
+
+def available() -> bool:
+    try:
+        import highspy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Solution:
+    value: float        # the objective, in the policy's units
+    x: np.ndarray       # (n, k)
+
+
+def _power_of_two_scale(values: np.ndarray) -> float:
+    """2^e with max|values| * 2^e in [1, 2): an exact rescaling that keeps HiGHS' tolerances meaningful."""
+    top = float(np.max(np.abs(values))) if values.size else 0.0
+    if not (top > 0 and math.isfinite(top)):
+        return 1.0
+    return math.ldexp(1.0, -math.frexp(top)[1] + 1)
+
+
+@lru_cache(maxsize=256)
+def _pattern(n: int, k: int, with_rate_rows: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Column starts and row indices of X's columns (job-major: column m*k + j).
+
+    Each column X_mj has, in this order, an entry in row m's rate row (when
+    `with_rate_rows`), in row m's time row and in type j's GPU row.  Rate rows
+    come first (n of them), then time rows (n), then GPU rows (k).
+    """
+    m = np.repeat(np.arange(n), k)
+    j = np.tile(np.arange(k), n)
+    offset = n if with_rate_rows else 0
+    rows = ([m] if with_rate_rows else []) + [offset + m, offset + n + j]
+    index = np.stack(rows, axis=1).ravel().astype(np.int32)
+    start = np.arange(n * k, dtype=np.int32) * len(rows)
+    index.flags.writeable = start.flags.writeable = False
+    return start, index
+
+
+def _values(rate: np.ndarray | None, multiplicity: np.ndarray, scale_factors: np.ndarray,
+            k: int) -> np.ndarray:
+    """X's column entries in `_pattern`'s order: -rate_mj (if given), 1, mult_m * sf_m."""
+    n = len(multiplicity)
+    columns = [] if rate is None else [-rate.ravel()]
+    columns += [np.ones(n * k), np.repeat(multiplicity * scale_factors, k)]
+    return np.stack(columns, axis=1).ravel()
+
+
+def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, value):
+    """HiGHS on the LP max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper (t free): (columns, objective) or None."""
+    import highspy
+    inf = highspy.kHighsInf
+    h = _highs()
+    col_lower = np.zeros(n_cols)
+    col_lower[len(col_upper):] = -inf          # t is free
+    upper = np.full(n_cols, inf)
+    upper[:len(col_upper)] = col_upper
+    status = h.passModel(n_cols, n_rows, len(value), int(highspy.MatrixFormat.kColwise),
+                         int(highspy.ObjSense.kMaximize), 0.0, cost, col_lower, upper,
+                         np.full(n_rows, -inf), row_upper, start, index, value,
+                         np.zeros(n_cols, dtype=np.int32))
+    if status == highspy.HighsStatus.kError:
+        return None
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    return np.asarray(h.getSolution().col_value), h.getInfo().objective_function_value
+
+
+def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
+            multiplicity: np.ndarray, scale_factors: np.ndarray) -> Solution | None:
+    """maximize_X min_m coef_m * sum_j T_mj X_mj under (1)-(3); None if HiGHS does not reach optimality."""
+    n, k = solo.shape
+    rate = coef[:, None] * solo
+    scale = _power_of_two_scale(rate)
+    start, index = _pattern(n, k, True)
+    # t's column: a 1 in every rate row (t - c_m T_m . X_m <= 0).
+    start = np.append(start, 3 * n * k).astype(np.int32)
+    index = np.concatenate([index, np.arange(n, dtype=np.int32)])
+    value = np.concatenate([_values(rate * scale, multiplicity, scale_factors, k), np.ones(n)])
+    cost = np.zeros(n * k + 1)
+    cost[-1] = 1.0
+    row_upper = np.concatenate([np.zeros(n), np.ones(n), counts])
+    found = _solve(n * k + 1, 2 * n + k, cost, feasible.astype(float).ravel(), row_upper,
+                   start, index, value)
+    if found is None:
+        return None
+    columns, objective = found
+    return Solution(objective / scale, columns[:n * k].reshape(n, k))
+
+
+def max_sum(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
+            multiplicity: np.ndarray, scale_factors: np.ndarray) -> Solution | None:
+    """maximize_X sum_m mult_m * coef_m * sum_j T_mj X_mj under (1)-(3); None if not optimal."""
+    n, k = solo.shape
+    gain = (multiplicity * coef)[:, None] * solo
+    scale = _power_of_two_scale(gain)
+    start, index = _pattern(n, k, False)
+    value = _values(None, multiplicity, scale_factors, k)
+    row_upper = np.concatenate([np.ones(n), counts])
+    found = _solve(n * k, n + k, (gain * scale).ravel(), feasible.astype(float).ravel(), row_upper,
+                   start, index, value)
+    if found is None:
+        return None
+    columns, objective = found
+    return Solution(objective / scale, columns.reshape(n, k))
