@@ -34,6 +34,11 @@ DEFAULT_THROUGHPUTS = ROOT.parent / "shared" / "data" / "gavel" / "simulation_th
 from slurm_gavel.experiments import RunConfig, run, sweep  # noqa: E402
 
 
+def _load() -> str:
+    """The 1, 5 and 15-minute load averages: how busy the machine was."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--throughputs", default=str(DEFAULT_THROUGHPUTS))
@@ -42,6 +47,8 @@ def main() -> int:
     parser.add_argument("--sweep-window", default="300:400",
                         help="window of each sweep run (default: %(default)s)")
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--only", choices=("aware", "agnostic"),
+                        help="run only the aware or only the agnostic policy")
     args = parser.parse_args()
     if not Path(args.throughputs).exists():
         print(f"throughput file not found: {args.throughputs} (pass --throughputs)", file=sys.stderr)
@@ -50,15 +57,18 @@ def main() -> int:
     base = RunConfig(policy="max_min_fairness", throughputs=args.throughputs, rate=args.rate,
                      window=(first, end), seed=0)
     print(f"full simulation: max-min fairness, rate {args.rate}/h, window {first}:{end}, "
-          f"36:36:36, 360 s rounds, cpus {os.cpu_count()}")
+          f"36:36:36, 360 s rounds, cpus {os.cpu_count()}, load average {_load()}")
     print(f"{'policy':<28} {'wall s':>8} {'rounds':>7} {'solves':>7} {'policy s':>9} "
           f"{'ms/solve':>9} {'rest ms/round':>14} {'avg JCT h':>10}")
     for agnostic in (False, True):
+        if args.only and args.only != ("agnostic" if agnostic else "aware"):
+            continue
         row = run(replace(base, agnostic=agnostic))
         rest = (row["wall_seconds"] - row["solve_seconds"]) / max(row["rounds"], 1) * 1e3
         print(f"{row['policy']:<28} {row['wall_seconds']:8.1f} {row['rounds']:7d} {row['solves']:7d} "
               f"{row['solve_seconds']:9.1f} {row['solve_seconds'] / max(row['solves'], 1) * 1e3:9.2f} "
               f"{rest:14.3f} {row['average_jct_hours']:10.2f}", flush=True)
+    print(f"load average after: {_load()}")
     if args.skip_sweep:
         return 0
     a, b = map(int, args.sweep_window.split(":"))

@@ -144,6 +144,19 @@ def test_space_sharing_keeps_the_cvxpy_route():
     assert inner(policy)._cache._entries
 
 
+def test_large_problems_keep_the_cvxpy_route():
+    """Thousands of different jobs: cvxpy's interior point is faster there than a simplex."""
+    rng = np.random.default_rng(6)
+    n = direct.MAX_COLUMNS // 3 + 1
+    inp = make_input(rng.uniform(1, 10, (n, 3)), [50, 50, 50])
+    policy = make_policy("max_min_fairness")
+    policy.allocate(inp)
+    assert inner(policy)._cache._entries
+    small = make_policy("max_min_fairness")
+    small.allocate(make_input(rng.uniform(1, 10, (n // 2, 3)), [50, 50, 50]))
+    assert not inner(small)._cache._entries
+
+
 @pytest.fixture
 def failing_highs(monkeypatch):
     """The direct route's HiGHS stops before optimality (an iteration limit of 0)."""

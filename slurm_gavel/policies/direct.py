@@ -5,8 +5,9 @@ job: at most 26 rows in Gavel's workloads, 3 GPU types).  Through cvxpy each
 costs about 1.5 ms of refilling parameters and unpacking results around a
 solve that takes a fraction of that.  Without pair rows these LPs are simple
 enough to write out as HiGHS's column-wise arrays, which is what this module
-does; `LinearPolicy` uses it where it applies and the cvxpy formulation
-(lp.py) everywhere else.  Rows m stand for mult_m identical jobs (symmetry.py).
+does; `LinearPolicy` uses it where it applies (no pair rows, fewer than
+MAX_COLUMNS entries of X) and the cvxpy formulation (lp.py) everywhere else.
+Rows m stand for mult_m identical jobs (symmetry.py).
 
 Max-min (`MaxMinPolicy`), over X (rows m, types j) and t:
 
@@ -22,8 +23,11 @@ Max-sum (`MaxSumPolicy`): maximize sum_m mult_m * c_m * sum_j T_mj X_mj under
 These are the cvxpy formulations' LPs (without cvxpy's auxiliary variables),
 so the optimum is the same; where the optimum is not unique (max-min is
 indifferent to jobs above the minimum) the two may return different optimal
-vertices.  Each call solves from scratch (no basis kept from an earlier
-call), so the answer depends on the input alone.  A status other than
+vertices.  Each call here solves from scratch, so the answer depends on the
+input alone.  (cvxpy warm-starts HiGHS from the previous solution of the same
+compiled problem, so there the X of an input also depends on what was solved
+before it: re-solving 50 of the simulator's inputs gave another optimal X for
+23 of them.)  A status other than
 optimal returns None and the caller falls back to the cvxpy route, which
 tries other solvers and raises `SolverError` when none succeeds.
 """
@@ -36,12 +40,19 @@ from functools import lru_cache
 
 import numpy as np
 
-from .solver import _silence_highs_banner
+from .solver import HIGHS_SIMPLEX_BELOW, _silence_highs_banner
 
-# HiGHS options: its dual simplex (as the cvxpy route uses) without presolve
-# (on LPs this small presolve costs more than it saves).  Tests may add
-# options (an iteration limit, say) to exercise the fallback.
-OPTIONS = {"output_flag": False, "presolve": "off", "solver": "simplex"}
+# Only LPs below this many columns come here: there the cvxpy route's overhead
+# (about 1.5 ms a solve) is most of the time, and HiGHS' simplex is fast.
+# Larger ones (thousands of different jobs) stay with the cvxpy route and its
+# interior point: on 8,192 different jobs this module's LP took 2.0 s with the
+# interior point (16 s with the simplex) against 1.5 s through cvxpy.
+MAX_COLUMNS = HIGHS_SIMPLEX_BELOW
+
+# HiGHS options: its dual simplex (as the cvxpy route uses on small LPs)
+# without presolve (on LPs this small presolve costs more than it saves).
+# Tests may add options (an iteration limit, say) to exercise the fallback.
+OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off"}
 
 _local = threading.local()
 
@@ -59,7 +70,13 @@ def _highs():
     return h
 
 
-def available() -> bool:
+def applies(n_rows: int, n_types: int) -> bool:
+    """Whether an LP of X with these many rows and types is one for this module (small, highspy present)."""
+    return n_rows * n_types + 1 < MAX_COLUMNS and _have_highspy()
+
+
+@lru_cache(maxsize=1)
+def _have_highspy() -> bool:
     try:
         import highspy  # noqa: F401
     except ImportError:

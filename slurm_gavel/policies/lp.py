@@ -265,4 +265,4 @@ def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rate
     """direct.py solves `base`'s own LP: no pair rows, no other rates, the formulation not overridden."""
     return (policy.use_direct and not len(structure.pair_jobs) and not rates and set(params) == {"coef"}
             and type(policy).formulate is base.formulate and type(policy).solve is LinearPolicy.solve
-            and direct.available())
+            and direct.applies(structure.n_jobs, structure.n_types))
