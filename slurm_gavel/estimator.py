@@ -430,9 +430,10 @@ class EstimatingThroughputs:
         self._pending: list = []                  # measurements of jobs not looked up yet
         self._refsets: dict[tuple, ReferenceSet] = {}
         self._cache: dict[str, tuple] = {}
-        self._served: dict[str, tuple] = {}       # job -> (worker types, solo row, proxy) given to the policy
+        self._served: dict[str, tuple] = {}       # job -> (worker types, solo row, proxy, kinds) given to the policy
         self._served_pairs: dict[tuple, float] = {}   # (job, partner, type) -> its pair steps/s given
         self._stale = False
+        self._urgent = False                      # stale with news: a type measured for the first time
         self._rounds_since_lookup = 0
         self._last_round = -math.inf
         self._lookups = 0
@@ -526,7 +527,7 @@ class EstimatingThroughputs:
     def _check_stale(self, jobs: set, models: set, measurements) -> None:
         """Mark the estimates stale when what the policy was given has moved by > 10%:
         a solo row, a job's stand-in model (its pairs), or a pair it was told about."""
-        if self._stale or not self._served:
+        if self._urgent or not self._served:
             return
         for m in measurements:
             if m.partner is None:
@@ -535,14 +536,20 @@ class EstimatingThroughputs:
             if given is not None and _moved(np.array([m.steps_per_second]), np.array([given])):
                 self._stale = True
                 return
-        for job, (wts, served, proxy) in self._served.items():
+        for job, (wts, served, proxy, kinds) in self._served.items():
             j = self._jobs.get(job)
             if j is None or (job not in jobs and (j.model, j.scale_factor) not in models):
                 continue
             row = self.estimate_job(job, wts)
             if row.proxy != proxy or _moved(row.solo, served):
                 self._stale = True
-                return
+                # For an exploring job, a type measured for the first time is news, not
+                # noise: the policy should see it at once, so that the job moves on to
+                # the next type instead of spending its exploration rounds where it is.
+                if EXPLORE in kinds and any(new in (MEASURED, LEARNED) and old not in (MEASURED, LEARNED)
+                                            for new, old in zip(row.kinds, kinds)):
+                    self._urgent = True
+                    return
 
     def set_reference(self, reference: ThroughputTable | None) -> None:
         """Use another reference table (a daemon reloading its configuration); what was
@@ -554,8 +561,9 @@ class EstimatingThroughputs:
 
     def stale(self) -> bool:
         """True when an estimate the policy was last given has changed by more than 10%,
-        and at least `stale_rounds` rounds were observed since it was given."""
-        return self._stale and self._rounds_since_lookup >= self.stale_rounds
+        and at least `stale_rounds` rounds were observed since it was given (at once
+        when an exploring job was measured on a type for the first time)."""
+        return self._stale and (self._urgent or self._rounds_since_lookup >= self.stale_rounds)
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Drop what is kept per job for `jobs` (jobs that left); model-level data stays."""
@@ -785,8 +793,8 @@ class EstimatingThroughputs:
         solo = np.array([r.solo for r in rows], dtype=float).reshape(n, k)
         spread = np.array([r.unconsolidated for r in rows], dtype=float).reshape(n, k)
         for job, r in zip(jobs, rows):
-            self._served[job.id] = (wts, r.solo.copy(), r.proxy)
-        self._stale = False
+            self._served[job.id] = (wts, r.solo.copy(), r.proxy, r.kinds)
+        self._stale = self._urgent = False
         self._rounds_since_lookup = 0
         pair_jobs = np.zeros((0, 2), dtype=np.int64)
         pair_thr = np.zeros((0, k, 2))

@@ -394,7 +394,7 @@ def test_a_job_of_an_unseen_model_is_explored_estimated_and_scheduled(clean, tmp
     assert phases[0] == "explore", phases
     # explored: it ran on at least explore_rounds types, and was measured there
     segs = segments(tmp_path, job)
-    assert len({p for p, _ in segs}) >= 2, segs
+    assert len({p for p, _ in segs}) >= 2, (segs, phases, log[-4000:])
     # then fingerprinted against the table: the known model of the same shape
     fingerprinted = [s for s in shown if next(iter(s.values()))["phase"] == "fingerprint"]
     assert fingerprinted, phases

@@ -322,6 +322,19 @@ def test_stale_waits_a_few_rounds_to_take_several_measurements_in_at_once():
     assert est.stale()
 
 
+def test_an_exploring_job_measured_on_a_new_type_is_stale_at_once():
+    """Exploration must not wait `stale_rounds`: with explore_rounds=2 it would otherwise
+    spend both rounds on its first type (seen on the real cluster)."""
+    est = EstimatingThroughputs(make_table(), explore_rounds=2)        # stale_rounds=3
+    est.lookup([job(0, "twin")], TYPES)
+    measure(est, [("0", "v100", 5.0)])
+    assert est.stale()
+    est.lookup([job(0, "twin")], TYPES)
+    assert not est.stale()
+    measure(est, [("0", "v100", 5.2)])                   # the same type again: no news
+    assert not est.stale()
+
+
 def test_stale_when_a_served_estimate_moves():
     est = EstimatingThroughputs(make_table(), stale_rounds=0)
     est.lookup([job(0, "conv")], TYPES)
