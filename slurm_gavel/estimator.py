@@ -46,6 +46,7 @@ since (the engine may then re-solve).  Pure numpy; no solver.
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,8 @@ import numpy as np
 
 from .throughputs import JobThroughputs
 from .workloads import ThroughputTable
+
+log = logging.getLogger("slurm_gavel.estimator")
 
 EMA_ALPHA = 0.25               # Gavel's scheduler smooths measured throughputs with this
 DEFAULT_EXPLORE_ROUNDS = 6     # rounds an unknown model's job may spend exploring
@@ -745,11 +748,16 @@ class EstimatingThroughputs:
             phase = "explore"
         elif not known and positive.any():
             exclude = j.model if self.leave_one_out else None
-            rs = self.refset(j.scale_factor, wts, exclude)
-            if rs is not None and rs.usable:
-                solo_obs = {t: float(values[t]) for t in np.flatnonzero(positive)}
-                fp = rs.fingerprint(solo_obs, self._pair_fractions(job, j, rs, wts, values))
-                self.fingerprints += 1
+            try:
+                rs = self.refset(j.scale_factor, wts, exclude)
+                if rs is not None and rs.usable:
+                    solo_obs = {t: float(values[t]) for t in np.flatnonzero(positive)}
+                    fp = rs.fingerprint(solo_obs, self._pair_fractions(job, j, rs, wts, values))
+                    self.fingerprints += 1
+            except (np.linalg.LinAlgError, ValueError, FloatingPointError) as e:
+                # numerics must not stop the scheduler: the job falls back to the mean
+                log.warning("fingerprint of job %s (%s) failed, using the mean: %s", job, j.model, e)
+                fp = None
             if fp is not None:
                 phase, proxy = "fingerprint", fp.nearest
                 guess = fp.completed_solo if self.method == "completion" else fp.solo

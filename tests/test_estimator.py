@@ -538,3 +538,17 @@ def test_cli_json_errors_and_other_failures(tmp_path, capsys):
     assert "--format" in capsys.readouterr().err
     assert _cli("show", "--db", tmp_path / "nothing.db") == 1
     assert "no database" in capsys.readouterr().err
+
+
+def test_a_failing_fingerprint_falls_back_instead_of_stopping_the_scheduler(monkeypatch):
+    from slurm_gavel import estimator as mod
+
+    def broken(self, solo, pairs=None):
+        raise np.linalg.LinAlgError("Singular matrix")
+    monkeypatch.setattr(mod.ReferenceSet, "fingerprint", broken)
+    est = EstimatingThroughputs(make_table(), explore_rounds=1)
+    est.lookup([job(0, "twin")], TYPES)
+    measure(est, [("0", "v100", 5.0)])
+    t = est.lookup([job(0, "twin")], TYPES)
+    assert t.solo[0] == pytest.approx([5.0, 5.0, 5.0])
+    assert est.estimate_job("0", TYPES).kinds == ("measured", "mean", "mean")
