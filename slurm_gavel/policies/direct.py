@@ -126,7 +126,10 @@ def _values(rate: np.ndarray | None, multiplicity: np.ndarray, scale_factors: np
 
 
 def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, value):
-    """HiGHS on the LP max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper (t free): (columns, objective) or None."""
+    """HiGHS on: max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper, t free.
+
+    Returns (columns, objective), or None unless HiGHS reports an optimum.
+    """
     import highspy
     inf = highspy.kHighsInf
     h = _highs()

@@ -119,13 +119,15 @@ class LinearPolicy:
         return None
 
     def _run(self, structure: Structure, numbers: Numbers, rates: dict, params: dict,
-             inp: PolicyInput) -> tuple[float, np.ndarray, np.ndarray, Compiled | None]:
+             inp: PolicyInput, direct_ok: bool = True
+             ) -> tuple[float, np.ndarray, np.ndarray, Compiled | None]:
         """Solve the problem of `structure` with these numbers: (value, X, pair X, compiled).
 
-        The direct route when the policy has one (compiled is then None), else
-        the cvxpy formulation: compiled once per structure, refilled.
+        The direct route when the policy has one and `direct_ok` (compiled is
+        then None), else the cvxpy formulation: compiled once per structure,
+        refilled.
         """
-        found = self.direct(structure, numbers, rates, params)
+        found = self.direct(structure, numbers, rates, params) if direct_ok else None
         if found is not None:
             return found.value, clean(found.x, numbers.feasible), np.zeros((0, structure.n_types)), None
         compiled = self._compiled(structure, numbers, rates, params)
@@ -152,10 +154,11 @@ class LinearPolicy:
         return compiled
 
     def _solve_once(self, inp: PolicyInput, params: dict | None = None,
-                    rates: dict | None = None) -> tuple[Allocation, Compiled]:
+                    rates: dict | None = None, direct_ok: bool = True) -> tuple[Allocation, Compiled | None]:
         params = self.parameters(inp) if params is None else params
         rates = self.rates(inp) if rates is None else rates
-        value, x, xp, compiled = self._run(Structure.of(inp), Numbers.of(inp), rates, params, inp)
+        value, x, xp, compiled = self._run(Structure.of(inp), Numbers.of(inp), rates, params, inp,
+                                           direct_ok)
         x, xp = repair(inp, x, xp)
         allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
                                 objective=self.objective_value(value, inp),
@@ -197,9 +200,10 @@ class LinearPolicy:
         idle = np.zeros(full.n_pairs, dtype=np.int64)
         for rounds in range(1, self.max_pricing_rounds + 1):
             rows = np.flatnonzero(active)
+            # Pricing needs the duals of the cvxpy route.
             allocation, compiled = self._solve_once(
                 full.pairs_subset(rows), params,
-                {name: (solo, pair[rows]) for name, (solo, pair) in rates.items()})
+                {name: (solo, pair[rows]) for name, (solo, pair) in rates.items()}, direct_ok=False)
             gain = compiled.program.reduced_costs(full.pair_jobs, full.scale_factors, shared)
             gain = np.where(feasible, gain, -np.inf).max(axis=1)
             # Improvements below this are solver noise, not better pairs.

@@ -197,7 +197,8 @@ class AllocationProgram:
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:
         """The solved X (n, k) and pair X (P, k), cleaned of solver noise."""
-        x = clean(self.x.value.reshape(self.n_jobs, self.n_types), self.solo_cap.value.reshape(-1, self.n_types))
+        x = clean(self.x.value.reshape(self.n_jobs, self.n_types),
+                  self.solo_cap.value.reshape(-1, self.n_types))
         xp = np.zeros((self.n_pairs, self.n_types))
         if self.n_pairs:
             xp = clean(self.x_pairs.value.reshape(self.n_pairs, self.n_types),
