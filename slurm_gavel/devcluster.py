@@ -15,7 +15,7 @@ exactly the processes `up()` started, by pid, and the slurmstepd processes of
 their jobs; never anything found by name.  Client commands need `env`
 (SLURM_CONF=<directory>/slurm.conf), or use `run()`.
 
-Verified with Slurm 22.05 (Debian 12); written to also work with 24.11 (Debian 13):
+Verified with Slurm 22.05 (Debian 12) and 24.11 (Debian 13, see docs/slurm-versions.md):
 version-specific choices branch on `slurmd -V` and are marked "24.11" below.
 """
 from __future__ import annotations
@@ -283,6 +283,22 @@ def _has_mark(pid: int, mark: bytes) -> bool:
         return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+def _is_our_stepd(pid: int, directory: Path) -> bool:
+    """A slurmstepd of a cluster in `directory`, known by its working directory (that of
+    the slurmd which forked it) or an open file there (the slurmd log).  24.11's
+    slurmstepd overwrites its environment with its process title, so the mark that
+    22.05's still carries is gone."""
+    try:
+        if not Path(f"/proc/{pid}/comm").read_text().startswith("slurmstepd"):
+            return False
+        places = [os.readlink(f"/proc/{pid}/cwd")]
+        places += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    roots = {str(directory), os.path.realpath(directory)}
+    return any(p == r or p.startswith(r + "/") for p in places for r in roots)
 
 
 def _descendants(roots: set[int], parents: Mapping[int, int]) -> set[int]:
@@ -570,10 +586,12 @@ class DevCluster:
         slurmds = {rec["pid"] for name, rec in recorded.items() if name.startswith("slurmd:")}
         parents = _processes()
         # A slurmstepd is forked by our slurmd, then reparented to init: find it by the
-        # mark it inherits from slurmd's environment (or as a child, if not reparented).
+        # mark it inherits from slurmd's environment (22.05), by its working directory
+        # or open log file (24.11), or as a child, if not reparented.
         mark = f"{_MARK}={self.directory}".encode()
         steps = {pid for pid, ppid in parents.items() if ppid in slurmds}
-        steps |= {pid for pid in parents if pid not in daemons and _has_mark(pid, mark)}
+        steps |= {pid for pid in parents if pid not in daemons
+                  and (_has_mark(pid, mark) or _is_our_stepd(pid, self.directory))}
         steps -= {rec["pid"] for rec in recorded.values()}
         doomed = {rec["pid"]: rec.get("start")
                   for name, rec in recorded.items() if name != "munged"}
@@ -587,7 +605,8 @@ class DevCluster:
         # look again for processes carrying our mark until none is left.
         for _ in range(3):
             parents = _processes()
-            late = {pid for pid in parents if _has_mark(pid, mark)}
+            late = {pid for pid in parents
+                    if _has_mark(pid, mark) or _is_our_stepd(pid, self.directory)}
             late |= _descendants(late, parents)
             late = {pid: st[2] for pid in late if (st := _stat(pid))}
             if not late:

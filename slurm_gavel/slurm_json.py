@@ -1,10 +1,14 @@
 """Reading Slurm's `--json` output, whatever the Slurm version.
 
-Slurm's JSON changes between releases: in 22.05 (OpenAPI v0.0.38) a job's
-`job_state` is a string and times are plain integers; from 23.x on states
-are lists of flags and numbers are objects like
-``{"set": true, "infinite": false, "number": 1700000000}``; the GPU request
-is ``gres:gpu:2`` in one and ``gres/gpu:2`` in another.  This module turns
+Slurm's JSON changes between releases (recorded outputs of both are in
+tests/fixtures/): in 22.05 (OpenAPI v0.0.38) a job's `job_state` is one string
+(a held requeued job is just "SPECIAL_EXIT"), times are plain integers and
+`exit_code` is the raw wait(2) status (exit 85 reads 21760); in 24.11
+(data_parser v0.0.42) states are lists of the base state and its flags
+(["PENDING", "SPECIAL_EXIT"]), numbers are objects like
+``{"set": true, "infinite": false, "number": 1700000000}`` and `exit_code` is
+``{"status": [...], "return_code": {...}, "signal": {...}}``; the GPU request
+is ``gres:gpu:2`` in one and ``gres/gpu:2`` in the other.  This module turns
 any of those into plain `SlurmJob` / `SlurmNode` values and never raises on
 an unknown or missing field (a missing field reads as "unknown").
 """
@@ -109,6 +113,10 @@ class SlurmJob:
     node_count: int
     restarts: int
     submit_time: float | None
+    # As Slurm reports them (both versions): for a job that has not started or ended
+    # yet these may be Slurm's estimates, in the future (a requeued job: its next
+    # eligible time; a running job without time limit: a year after its start).
+    # A job that just stopped carries its real end until the scheduler estimates again.
     start_time: float | None
     end_time: float | None
     exit_code: int | None
@@ -148,11 +156,33 @@ class SlurmNode:
         return bool(flags) and not (flags & bad) and not any(f.endswith("*") for f in self.state)
 
 
+# 22.05 names a pending job by its flag alone; 24.11 lists ["PENDING", flag].
+_PENDING_FLAGS = {"SPECIAL_EXIT", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
+
+
 def _exit_code(value: Any) -> int | None:
-    if isinstance(value, dict):           # 23.x+: {"status": [...], "return_code": {...}}
-        return number(value.get("return_code"), None) if "return_code" in value else None
-    n = number(value, None)
-    return None if n is None else int(n)
+    """The exit code (0-255), or 128 + N for a job killed by signal N."""
+    if isinstance(value, dict):           # 23.x+: {"status": [...], "return_code": {...}, "signal": {...}}
+        signal = number((value.get("signal") or {}).get("id"), None) \
+            if isinstance(value.get("signal"), dict) else None
+        if "SIGNALED" in states(value.get("status")) and signal:
+            return 128 + int(signal)
+        code = number(value.get("return_code"), None)
+        return None if code is None else int(code)
+    n = number(value, None)               # 22.05: the wait(2) status
+    if n is None or n == float("inf"):
+        return None
+    status = int(n)
+    if status & 0x7F:                     # killed by a signal
+        return 128 + (status & 0x7F)
+    return (status >> 8) & 0xFF
+
+
+def _job_state(value: Any) -> tuple[str, ...]:
+    state = states(value)
+    if len(state) == 1 and state[0] in _PENDING_FLAGS:
+        return ("PENDING",) + state
+    return state
 
 
 def parse_jobs(data: dict) -> list[SlurmJob]:
@@ -162,13 +192,14 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             continue
         gpu_type, gpus = gpu_request(j.get("tres_per_node"), j.get("gres_detail"),
                                      j.get("tres_per_job"), j.get("tres_req_str"))
+        state = _job_state(j.get("job_state"))
         start = number(j.get("start_time"))
         end = number(j.get("end_time"))
         jobs.append(SlurmJob(
             job_id=text(number(j.get("job_id"), j.get("job_id"))).split(".")[0],
             name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
             account=text(j.get("account")), partition=text(j.get("partition")),
-            state=states(j.get("job_state")), reason=text(j.get("state_reason")),
+            state=state, reason=text(j.get("state_reason")),
             nodes=tuple(expand_hostlist(text(j.get("nodes")))), comment=text(j.get("comment")),
             admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
             node_count=int(number(j.get("node_count"), 1) or 1),

@@ -25,6 +25,20 @@ log = logging.getLogger("slurm_gavel.slurm")
 _JOB_ID = re.compile(r"^[0-9]+$")
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
+# Slurm 24.11 without accounting (AccountingStorageType=none: no associations) answers a
+# change of a pending job's partition with a stale errno about half of the time
+# ("Resource temporarily unavailable for job 3", "Interrupted system call ..."):
+# job_mgr.c's _update_job takes the NULL association _retrieve_new_assoc rightly
+# returns as a failure and reports whatever errno holds; with errno 0 the change
+# goes through.  Such a change is retried; Slurm's own (permanent) refusals are not.
+PARTITION_TRIES = 12
+_PERMANENT = re.compile(r"invalid|denied|not pending|no longer pending|already (completed|finished)"
+                        r"|not available|gavel|not supported|permission", re.IGNORECASE)
+
+
+def transient_update_error(stderr: str) -> bool:
+    """A failed `scontrol update ... partition=` that may succeed when simply tried again."""
+    return bool(stderr.strip()) and not _PERMANENT.search(stderr)
 
 
 class SlurmCommandError(GavelError):
@@ -143,7 +157,17 @@ class SlurmCLI:
             if not re.match(r"^[A-Za-z]+$", key):
                 raise InputError("scontrol update", f"bad field name {key!r}")
             pairs.append(f"{key}={name(str(value), key)}")
-        self.run(["scontrol", "update", f"jobid={','.join(ids)}", *pairs])
+        args = ["scontrol", "update", f"jobid={','.join(ids)}", *pairs]
+        tries = PARTITION_TRIES if any(k.lower() == "partition" for k in fields) else 1
+        for attempt in range(1, tries + 1):
+            try:
+                self.run(args)
+                return
+            except SlurmCommandError as e:
+                if attempt == tries or e.returncode is None or not transient_update_error(e.stderr):
+                    raise
+                log.debug("%s: %s; trying again (%d/%d)", " ".join(args), e.stderr, attempt, tries)
+                time.sleep(0.05 * attempt)
 
     def release(self, ids: Iterable[str]) -> None:
         ids = job_ids(ids)
@@ -191,4 +215,5 @@ class Backoff:
         self.next_try = 0.0
 
 
-__all__ = ["Backoff", "SIGNALS", "SlurmCLI", "SlurmCommandError", "job_ids", "name"]
+__all__ = ["Backoff", "PARTITION_TRIES", "SIGNALS", "SlurmCLI", "SlurmCommandError", "job_ids", "name",
+           "transient_update_error"]

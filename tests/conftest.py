@@ -8,6 +8,7 @@ except under CI (the CI variable set), where that is a failure: CI must run them
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -19,6 +20,21 @@ from slurm_gavel.devcluster import (
     pick_ports,
     unavailable_reason,
 )
+from slurm_gavel.slurmcli import PARTITION_TRIES, transient_update_error
+
+
+def move_job(run, job, partition, **kw):
+    """`scontrol update jobid=JOB partition=P` through `run(args, check=False, **kw)`,
+    retried like SlurmCLI.update: Slurm 24.11 without accounting refuses it at random
+    with a stale errno (see slurm_gavel.slurmcli.PARTITION_TRIES)."""
+    args = ["scontrol", "update", f"jobid={job}", f"partition={partition}"]
+    for attempt in range(PARTITION_TRIES):
+        result = run(args, check=False, **kw)
+        if result.returncode == 0 or not transient_update_error(result.stderr or ""):
+            break
+        time.sleep(0.05 * (attempt + 1))
+    assert result.returncode == 0, f"{' '.join(args)}: {result.stderr}"
+    return result
 
 
 def in_ci() -> bool:

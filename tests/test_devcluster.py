@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import require_slurm
+from conftest import move_job, require_slurm
 
 from slurm_gavel.devcluster import (
     DevCluster,
@@ -228,7 +228,7 @@ def test_held_job_moved_to_another_partition(slurm_cluster, tmp_path):
                  "--wrap", "echo $SLURMD_NODENAME", cwd=tmp_path)
     info = job_info(slurm_cluster, job)
     assert (info["JobState"], info["Reason"]) == ("PENDING", "JobHeldUser")
-    slurm_cluster.run(["scontrol", "update", f"jobid={job}", "partition=p100"])
+    move_job(slurm_cluster.run, job, "p100")
     slurm_cluster.run(["scontrol", "release", job])
     info = wait_job(slurm_cluster, job, {"COMPLETED", "FAILED", "CANCELLED"})
     assert info["JobState"] == "COMPLETED" and info["Partition"] == "p100"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import move_job
 from test_flags import CASES, NO_GPU
 
 USER = "gavel-jstest"          # created for these tests when missing, removed afterwards
@@ -269,7 +270,7 @@ def test_owner_cannot_release_or_move_but_can_cancel(jobs, user):
     assert job["partition"] == "v100" and job["admin_comment"] == "gavel:v1 model=resnet50 weight=1"
 
     # root places it: another partition, then release; it runs there
-    jobs.run(["scontrol", "update", f"jobid={job_id}", "partition=p100"])
+    move_job(jobs.run, job_id, "p100")
     jobs.run(["scontrol", "release", job_id])
     job = jobs.wait(job_id, {"RUNNING"})
     assert job["partition"] == "p100" and job["nodes"].startswith("p100-")
@@ -286,7 +287,7 @@ def test_owner_can_modify_other_jobs(jobs, user):
     """The guard only concerns gavel jobs."""
     jobs.sbatch("--comment=mine", "--gres=gpu:1", "--hold", user=user)
     job_id = jobs.ids[-1]
-    jobs.run(["scontrol", "update", f"jobid={job_id}", "partition=k80"], user=user)
+    move_job(jobs.run, job_id, "k80", user=user)
     jobs.run(["scontrol", "release", job_id], user=user)
     job = jobs.wait(job_id, {"RUNNING"})
     assert job["partition"] == "k80"
