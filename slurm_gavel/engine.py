@@ -141,6 +141,9 @@ class Engine:
         self.last_plan: RoundPlan | None = None
         self.active_ids: list[str] = []
         self._reported: set[str] = set()
+        self._seen_jobs: tuple[JobState, ...] | None = None
+        self._seen_ids: tuple[str, ...] = ()
+        self._sizes: dict[str, int] | None = None
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -158,7 +161,9 @@ class Engine:
         now = self.clock.now()
         obs = self._observe(now)
 
-        job_ids = tuple(j.id for j in obs.jobs)
+        if obs.jobs is not self._seen_jobs:     # a backend may hand over the same tuple every round
+            self._seen_jobs, self._seen_ids, self._sizes = obs.jobs, tuple(j.id for j in obs.jobs), None
+        job_ids = self._seen_ids
         jobs_changed = job_ids != self._job_ids or obs.servers != self._servers
         timer = (self.recompute_seconds is not None and job_ids
                  and now - self._last_submit >= self.recompute_seconds)
@@ -168,6 +173,7 @@ class Engine:
         if jobs_changed or timer:
             self._job_ids, self._servers = job_ids, obs.servers
             self.unschedulable = {}
+            self._sizes = None
             self.input = self._policy_input(obs, now) if job_ids else None
             if self.input is not None:
                 self.allocator.submit(self.input, now)
@@ -187,7 +193,9 @@ class Engine:
                 self._last_reset = now
             self.store.allocation(self.round, now, self.allocation, fresh=solved is not None)
 
-        scale_factors = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
+        if self._sizes is None:     # the jobs' scale factors, kept until the jobs or `unschedulable` change
+            self._sizes = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
+        scale_factors = self._sizes
         previous = [a for a in obs.running
                     if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
         plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
@@ -196,7 +204,7 @@ class Engine:
         self.backend.execute(plan, round_end)
         self.store.round(now, plan)
         self.last_plan = plan
-        self.active_ids = [j.id for j in obs.jobs]
+        self.active_ids = list(job_ids)
         self.round += 1
         self._round_end = round_end
         return plan
@@ -204,8 +212,8 @@ class Engine:
     def _observe(self, now: float) -> Observation:
         obs = self.backend.observe()
         self.store.observe(now, obs)
+        self.ledger.record_each((u.assignment, u.seconds) for u in obs.usage)
         for u in obs.usage:
-            self.ledger.record((u.assignment,), u.seconds)
             self.store.usage(now, u)
         for d in obs.departures:
             self.ledger.forget(d.id)

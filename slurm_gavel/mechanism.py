@@ -21,6 +21,7 @@ mechanism knows nothing of them.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
@@ -90,10 +91,14 @@ class Ledger:
 
     def record(self, assignments: Iterable[Assignment], seconds: float):
         """Credit `seconds` of a round to every row that ran in it."""
+        self.record_each((a, seconds) for a in assignments)
+
+    def record_each(self, timed: Iterable[tuple[Assignment, float]]):
+        """Credit each (assignment, seconds) pair: what each row held since the last observation."""
         k = len(self.worker_types)
-        since, total = self._since_reset, self._total
-        for a in assignments:
-            j = self._column[a.worker_type]
+        since, total, column = self._since_reset, self._total, self._column
+        for a, seconds in timed:
+            j = column[a.worker_type]
             row = since.get(a.jobs)
             if row is None:
                 row = since[a.jobs] = [0.0] * k
@@ -115,9 +120,11 @@ class Ledger:
 
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
-        zero = [0.0] * len(self.worker_types)
-        return np.array([self._since_reset.get(row, zero) for row in rows], dtype=float).reshape(
-            len(rows), len(self.worker_types))
+        k = len(self.worker_types)
+        zero = [0.0] * k
+        get = self._since_reset.get
+        flat = itertools.chain.from_iterable(get(row, zero) for row in rows)
+        return np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
 
     def total(self, job: str) -> dict[str, float]:
         seconds = self._total.get(job, [0.0] * len(self.worker_types))
@@ -125,10 +132,8 @@ class Ledger:
 
 
 def allocation_rows(allocation: Allocation) -> tuple[list[Row], np.ndarray]:
-    """The rows of X (jobs, then pairs) and their (R, k) allocation."""
-    rows: list[Row] = [(job,) for job in allocation.job_ids]
-    rows += [(allocation.job_ids[a], allocation.job_ids[b]) for a, b in allocation.pair_jobs.tolist()]
-    return rows, np.vstack([allocation.x, allocation.x_pairs])
+    """The rows of X (jobs, then pairs) and their (R, k) allocation (read-only, kept per allocation)."""
+    return list(allocation.rows), allocation.x_rows
 
 
 def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
@@ -136,9 +141,10 @@ def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
 
     `received` may be seconds or rounds: only the order of priorities matters.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        prio = np.where(received > 0, x / received, np.inf)
-    return np.where(x > 0, prio, 0.0)
+    prio = np.full(x.shape, np.inf)
+    np.divide(x, received, out=prio, where=received > 0)
+    prio[~(x > 0)] = 0.0
+    return prio
 
 
 def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, free: np.ndarray,
@@ -152,10 +158,12 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     r_idx, t_idx = np.nonzero(prio > 0)
     running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
     staying = running_on[r_idx] == t_idx
-    order = np.lexsort((t_idx, r_idx, ~staying, -prio[r_idx, t_idx]))
+    # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
+    order = np.lexsort((~staying, -prio[r_idx, t_idx]))
     left = [int(v) for v in free]
     room = sum(left)
     smallest = int(scale_factors.min()) if len(scale_factors) else 1
+    everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
     busy: set[str] = set()
     chosen: list[tuple[int, int]] = []
     sfs = scale_factors.tolist()
@@ -170,6 +178,8 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
             continue                      # does not fit what is left of this type
         chosen.append((r, t))
         busy.update(row)
+        if len(busy) == everyone:
+            break
         left[t] -= need
         room -= need
     return chosen
@@ -189,24 +199,25 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
         of_type.setdefault(s.worker_type, []).append(s.name)
     placed: list[Assignment] = []
     waiting = []
-    for row, worker_type, gpus in picks:
+    for pick in picks:
+        row, worker_type, gpus = pick
         before = previous.get(row)
         if (before is not None and before.worker_type == worker_type and before.gpus == gpus
-                and all(free.get(name, 0) >= count for name, count in before.servers)):
+                and _still_free(before.servers, free)):
             for name, count in before.servers:
                 free[name] -= count
-            placed.append(before)
+            placed.append(before)         # the very same object: the plan's `keep`
         else:
-            waiting.append((row, worker_type, gpus))
+            waiting.append(pick)
+    # min() and the stable sort keep the servers' order among equally free ones
     for row, worker_type, gpus in sorted(waiting, key=lambda p: -p[2]):
         names = of_type.get(worker_type, [])
         fits = [n for n in names if free[n] >= gpus]
         if fits:
-            best = min(fits, key=lambda n: (free[n], names.index(n)))
-            taken = [(best, gpus)]
+            taken = [(min(fits, key=free.__getitem__), gpus)]
         else:
             taken, need = [], gpus
-            for n in sorted(names, key=lambda n: (-free[n], names.index(n))):
+            for n in sorted(names, key=lambda n: -free[n]):
                 if need == 0:
                     break
                 use = min(free[n], need)
@@ -222,6 +233,14 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
     return placed
 
 
+def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
+    """Whether each (server, GPUs) of an assignment is still free."""
+    for name, count in servers:
+        if free.get(name, 0) < count:
+            return False
+    return True
+
+
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
                scale_factors: Mapping[str, int],
                previous: Sequence[Assignment] = ()) -> RoundPlan:
@@ -231,25 +250,28 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     left out); `previous` is last round's assignments of jobs that are still
     active (a finished job is not "preempted").
     """
-    rows, x = allocation_rows(allocation)
+    rows, x = allocation.rows, allocation.x_rows
     worker_types = allocation.worker_types
     prio = priorities(x, ledger.since_reset(rows))
-    sf = np.array([scale_factors[row[0]] for row in rows], dtype=np.int64)
-    free = np.zeros(len(worker_types), dtype=np.int64)
+    sizes = [int(scale_factors[row[0]]) for row in rows]
     column = {wt: j for j, wt in enumerate(worker_types)}
+    free = [0] * len(worker_types)
     for s in servers:
-        if s.worker_type in column:
-            free[column[s.worker_type]] += s.gpus
+        j = column.get(s.worker_type)
+        if j is not None:
+            free[j] += s.gpus
     before = {a.jobs: a for a in previous}
-    current = {a.jobs: column.get(a.worker_type) for a in previous}
-    picks = [(rows[r], worker_types[t], int(sf[r]))
-             for r, t in select(rows, prio, sf, free, current)]
+    current = {row: column.get(a.worker_type) for row, a in before.items()}
+    chosen = select(rows, prio, np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64), current)
+    picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
     assignments = place(picks, servers, before)
-    kept = tuple(a for a in assignments if before.get(a.jobs) == a)
-    started = tuple(a for a in assignments if before.get(a.jobs) != a)
+    kept, started = [], []
+    for a in assignments:
+        b = before.get(a.jobs)
+        (kept if b is a or b == a else started).append(a)
     still = {job for a in kept for job in a.jobs}
     preempt = tuple(sorted({job for a in previous for job in a.jobs} - still))
-    return RoundPlan(number, tuple(assignments), kept, started, preempt)
+    return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt)
 
 
 __all__ = ["Assignment", "Ledger", "RoundPlan", "Row", "Server", "allocation_rows", "place",

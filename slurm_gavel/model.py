@@ -34,6 +34,20 @@ from .errors import InputError
 ENTITY_POLICIES = ("fairness", "fifo")
 
 
+_LARGEST = np.finfo(float).max
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    """`np.nan_to_num(values, nan=0.0)` for float arrays (NaN -> 0, +-inf -> +-largest), in place.
+
+    nan_to_num's own checks cost more than the arithmetic on the policies'
+    small arrays.
+    """
+    values[np.isnan(values)] = 0.0
+    np.minimum(values, _LARGEST, out=values)
+    return np.maximum(values, -_LARGEST, out=values)
+
+
 def _frozen_cache(method):
     """A cached, read-only array property: computed once per (immutable) input.
 
@@ -73,20 +87,20 @@ class PolicyInput:
 
     def __post_init__(self):
         n, k = len(self.job_ids), len(self.worker_types)
-        fill = {
-            "prices": np.full(k, np.nan),
-            "entities": ("default",) * n,
-            "steps_remaining": np.full(n, np.nan),
-            "time_since_arrival": np.zeros(n),
-            "slo": np.full(n, np.nan),
-            "pair_jobs": np.zeros((0, 2), dtype=np.int64),
-            "pair_throughputs": np.zeros((0, k, 2)),
-            "unconsolidated_throughputs": np.full((n, k), np.nan),
-            "gpus_per_node": np.full(k, np.nan),
+        fill = {     # made only for the fields left out
+            "prices": lambda: np.full(k, np.nan),
+            "entities": lambda: ("default",) * n,
+            "steps_remaining": lambda: np.full(n, np.nan),
+            "time_since_arrival": lambda: np.zeros(n),
+            "slo": lambda: np.full(n, np.nan),
+            "pair_jobs": lambda: np.zeros((0, 2), dtype=np.int64),
+            "pair_throughputs": lambda: np.zeros((0, k, 2)),
+            "unconsolidated_throughputs": lambda: np.full((n, k), np.nan),
+            "gpus_per_node": lambda: np.full(k, np.nan),
         }
         for name, default in fill.items():
             if getattr(self, name) is None:
-                object.__setattr__(self, name, default)
+                object.__setattr__(self, name, default())
         as_float = ("counts", "throughputs", "weights", "prices", "steps_remaining",
                     "time_since_arrival", "slo", "pair_throughputs", "unconsolidated_throughputs",
                     "gpus_per_node")
@@ -100,6 +114,52 @@ class PolicyInput:
 
     # -- validation ---------------------------------------------------------
     def _check(self):
+        """Raise InputError naming the first problem of the input, if any."""
+        if self._valid():
+            return
+        self._find_problem()
+
+    def _valid(self) -> bool:
+        """All of `_find_problem`'s checks at once, a few array operations for all jobs.
+
+        The engine builds an input for every solve; only when something is
+        wrong does `_find_problem` go through the checks one by one to name it.
+        """
+        n, k = len(self.job_ids), len(self.worker_types)
+        if k == 0 or len(set(self.worker_types)) != k or len(set(self.job_ids)) != n:
+            return False
+        if len(self.entities) != n or any(getattr(self, name).shape != shape
+                                          for name, shape in self._shapes(n, k).items()):
+            return False
+        with np.errstate(invalid="ignore"):
+            per_type = ((self.counts >= 0) & np.isfinite(self.counts) & ~(self.prices < 0)
+                        & ~(self.gpus_per_node < 1))
+            per_job = ((self.scale_factors >= 1) & (self.weights > 0) & np.isfinite(self.weights)
+                       & ~(self.steps_remaining < 0) & (self.time_since_arrival >= 0)
+                       & np.isfinite(self.time_since_arrival) & ~(self.slo <= 0))
+            if not (per_type.all() and per_job.all() and not (self.throughputs < 0).any()
+                    and not (self.unconsolidated_throughputs < 0).any()):
+                return False
+        if not self.feasible.any(axis=1).all():
+            return False
+        if len(self.pair_jobs):
+            a, b = self.pair_jobs.T
+            if ((self.pair_jobs < 0).any() or (self.pair_jobs >= n).any() or (a == b).any()
+                    or (self.scale_factors[a] != self.scale_factors[b]).any()
+                    or (self.pair_throughputs < 0).any()):
+                return False
+        return all(not self.entity_weights.get(entity, 1.0) <= 0
+                   and self.entity_policies.get(entity, "fairness") in ENTITY_POLICIES
+                   for entity in set(self.entities))
+
+    @staticmethod
+    def _shapes(n: int, k: int) -> dict[str, tuple[int, ...]]:
+        return {"counts": (k,), "throughputs": (n, k), "scale_factors": (n,),
+                "weights": (n,), "prices": (k,), "steps_remaining": (n,),
+                "time_since_arrival": (n,), "slo": (n,),
+                "unconsolidated_throughputs": (n, k), "gpus_per_node": (k,)}
+
+    def _find_problem(self):
         n, k = len(self.job_ids), len(self.worker_types)
         if k == 0:
             raise InputError("worker_types", "no worker types given")
@@ -108,11 +168,7 @@ class PolicyInput:
         if len(set(self.job_ids)) != n:
             dup = next(j for j in self.job_ids if self.job_ids.count(j) > 1)
             raise InputError(f"jobs[{dup}].id", "duplicate job id")
-        shapes = {"counts": (k,), "throughputs": (n, k), "scale_factors": (n,),
-                  "weights": (n,), "prices": (k,), "steps_remaining": (n,),
-                  "time_since_arrival": (n,), "slo": (n,),
-                  "unconsolidated_throughputs": (n, k), "gpus_per_node": (k,)}
-        for name, shape in shapes.items():
+        for name, shape in self._shapes(n, k).items():
             if getattr(self, name).shape != shape:
                 raise InputError(name, f"has shape {getattr(self, name).shape}, expected {shape}")
         if len(self.entities) != n:
@@ -190,26 +246,23 @@ class PolicyInput:
     @_frozen_cache
     def feasible(self) -> np.ndarray:
         """(n, k) bool: the job can run on the type (known positive throughput, enough GPUs)."""
-        t = np.nan_to_num(self.placed_throughputs, nan=0.0)
-        return (t > 0) & (self.scale_factors[:, None] <= self.counts[None, :])
+        return (self.placed_throughputs > 0) & (self.scale_factors[:, None] <= self.counts[None, :])
 
     @_frozen_cache
     def solo_throughputs(self) -> np.ndarray:
         """(n, k) throughputs (placement-aware) with every infeasible entry set to exactly 0."""
-        return np.where(self.feasible, np.nan_to_num(self.placed_throughputs, nan=0.0), 0.0)
+        return _finite(np.where(self.feasible, self.placed_throughputs, 0.0))
 
     @_frozen_cache
     def pair_feasible(self) -> np.ndarray:
         """(P, k) bool: both members of the pair make progress together on the type, and it fits."""
-        t = np.nan_to_num(self.pair_throughputs, nan=0.0)
         sf = self.scale_factors[self.pair_jobs[:, 0]]
-        return (t > 0).all(axis=2) & (sf[:, None] <= self.counts[None, :])
+        return (self.pair_throughputs > 0).all(axis=2) & (sf[:, None] <= self.counts[None, :])
 
     @_frozen_cache
     def shared_throughputs(self) -> np.ndarray:
         """(P, k, 2) pair throughputs with infeasible entries set to 0."""
-        t = np.nan_to_num(self.pair_throughputs, nan=0.0)
-        return np.where(self.pair_feasible[:, :, None], t, 0.0)
+        return _finite(np.where(self.pair_feasible[:, :, None], self.pair_throughputs, 0.0))
 
     @property
     def n_pairs(self) -> int:
@@ -245,8 +298,23 @@ class PolicyInput:
         pf = self.pair_feasible
         pmean = shared.sum(axis=1) / np.maximum(pf.sum(axis=1), 1)[:, None]
         pblind = np.where(pf[:, :, None], pmean[:, None, :], 0.0)
-        return replace(self, throughputs=blind, pair_throughputs=pblind,
-                       unconsolidated_throughputs=np.full_like(blind, np.nan))
+        out = self._derive(throughputs=blind, pair_throughputs=pblind,
+                           unconsolidated_throughputs=np.full_like(blind, np.nan))
+        if not out.feasible.any(axis=1).all():     # a mean throughput that underflowed to 0
+            out._find_problem()
+        return out
+
+    def _derive(self, **changes) -> "PolicyInput":
+        """A copy with `changes`: arrays this class derived itself from a valid input.
+
+        Like `dataclasses.replace`, without `__post_init__`: the arrays already
+        have their types and shapes, and the caller checks what its change can
+        break (type_blind: only "every job fits some type").
+        """
+        out = object.__new__(PolicyInput)
+        out.__dict__.update({name: self.__dict__[name] for name in self.__dataclass_fields__})
+        out.__dict__.update(changes)
+        return out
 
     def isolated_allocation(self) -> np.ndarray:
         """(n, k) the isolated allocation: every job gets 1/n of each type's GPUs.
@@ -307,6 +375,20 @@ class Allocation:
             object.__setattr__(self, "pair_jobs", np.zeros((0, 2), dtype=np.int64))
         if self.x_pairs is None:
             object.__setattr__(self, "x_pairs", np.zeros((0, len(self.worker_types))))
+
+    # The mechanism's view, kept per allocation: the engine plans every round
+    # with the allocation in force, which changes only every few rounds.
+    @cached_property
+    def rows(self) -> tuple[tuple[str, ...], ...]:
+        """The rows of X: each job alone, then each pair, as tuples of job ids."""
+        ids = self.job_ids
+        return (tuple((job,) for job in ids)
+                + tuple((ids[a], ids[b]) for a, b in self.pair_jobs.tolist()))
+
+    @_frozen_cache
+    def x_rows(self) -> np.ndarray:
+        """(R, k) the allocation of `rows`: `x` stacked on `x_pairs`."""
+        return np.vstack([self.x, self.x_pairs])
 
     def time_fractions(self) -> np.ndarray:
         """(n,) total time share of each job (its rows, single and paired)."""

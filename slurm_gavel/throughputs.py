@@ -36,19 +36,21 @@ class TableThroughputs:
 
     def __init__(self, table: ThroughputTable):
         self.table = table
-        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        # worker types -> (job_type, scale_factor) -> (solo, unconsolidated) rows
+        self._rows: dict[tuple[str, ...], dict[tuple, tuple[np.ndarray, np.ndarray]]] = {}
         self._pairs: dict[tuple, np.ndarray | None] = {}
 
     def row(self, job_type: str, scale_factor: int, worker_types: Sequence[str]):
-        key = (job_type, scale_factor, tuple(worker_types))
-        if key not in self._rows:
+        rows = self._rows.setdefault(tuple(worker_types), {})
+        key = (job_type, scale_factor)
+        if key not in rows:
             # an unknown (model, scale factor) gets an all-NaN row: the engine
             # reports such a job as unschedulable instead of failing the round
             solo = self.table.solo(job_type, scale_factor)
             spread = self.table.unconsolidated(job_type, scale_factor)
-            self._rows[key] = (np.array([solo.get(wt, np.nan) for wt in worker_types], dtype=float),
-                               np.array([spread.get(wt, np.nan) for wt in worker_types], dtype=float))
-        return self._rows[key]
+            rows[key] = (np.array([solo.get(wt, np.nan) for wt in worker_types], dtype=float),
+                         np.array([spread.get(wt, np.nan) for wt in worker_types], dtype=float))
+        return rows[key]
 
     def pair(self, a: str, b: str, scale_factor: int, worker_types: Sequence[str]):
         key = (a, b, scale_factor, tuple(worker_types))
@@ -60,7 +62,9 @@ class TableThroughputs:
 
     def lookup(self, jobs, worker_types, include_pairs=False) -> JobThroughputs:
         n, k = len(jobs), len(worker_types)
-        rows = [self.row(j.job_type, j.scale_factor, worker_types) for j in jobs]
+        known = self._rows.get(tuple(worker_types), {})
+        rows = [known.get((j.job_type, j.scale_factor)) or self.row(j.job_type, j.scale_factor, worker_types)
+                for j in jobs]
         solo = np.array([r[0] for r in rows], dtype=float).reshape(n, k)
         spread = np.array([r[1] for r in rows], dtype=float).reshape(n, k)
         pair_jobs, pair_thr = [], []
