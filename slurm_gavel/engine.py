@@ -265,14 +265,13 @@ class Engine:
         return out
 
     def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
-        counts = np.zeros(len(self.worker_types))
-        per_node = np.full(len(self.worker_types), np.nan)
-        column = {wt: j for j, wt in enumerate(self.worker_types)}
+        gpus: dict[str, int] = {}        # per worker type: GPUs, GPUs of its largest server
+        largest: dict[str, int] = {}
         for s in obs.servers:
-            if s.worker_type in column:
-                j = column[s.worker_type]
-                counts[j] += s.gpus
-                per_node[j] = np.fmax(per_node[j], s.gpus)
+            gpus[s.worker_type] = gpus.get(s.worker_type, 0) + s.gpus
+            largest[s.worker_type] = max(largest.get(s.worker_type, s.gpus), s.gpus)
+        counts = np.array([gpus.get(wt, 0) for wt in self.worker_types], dtype=float)
+        per_node = np.array([largest.get(wt, np.nan) for wt in self.worker_types], dtype=float)
         table = self.throughputs.lookup(obs.jobs, self.worker_types)
         fits = self._schedulable(obs.jobs, table.solo, counts)
         if not fits.any():

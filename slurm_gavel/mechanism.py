@@ -162,11 +162,11 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     order = np.lexsort((~staying, -prio[r_idx, t_idx]))
     left = [int(v) for v in free]
     room = sum(left)
-    smallest = int(scale_factors.min()) if len(scale_factors) else 1
+    sfs = scale_factors.tolist()
+    smallest = int(min(sfs)) if sfs else 1
     everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
     busy: set[str] = set()
     chosen: list[tuple[int, int]] = []
-    sfs = scale_factors.tolist()
     for r, t in zip(r_idx[order].tolist(), t_idx[order].tolist()):
         if room < smallest:
             break                         # nothing fits anywhere any more
@@ -185,6 +185,39 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     return chosen
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What the mechanism reads of the servers: the same every round until the cluster changes."""
+
+    free: dict[str, int]                # GPUs of each server (place works on a copy)
+    of_type: dict[str, list[str]]       # server names of each type, in the servers' order
+    gpus: dict[str, int]                # GPUs of each type
+
+    @staticmethod
+    def of(servers: Sequence[Server]) -> "_Layout":
+        of_type: dict[str, list[str]] = {}
+        gpus: dict[str, int] = {}
+        for s in servers:
+            of_type.setdefault(s.worker_type, []).append(s.name)
+            gpus[s.worker_type] = gpus.get(s.worker_type, 0) + s.gpus
+        return _Layout({s.name: s.gpus for s in servers}, of_type, gpus)
+
+
+_last_layout: tuple[tuple[Server, ...], _Layout] = ((), _Layout({}, {}, {}))
+
+
+def _layout(servers: Sequence[Server]) -> _Layout:
+    """`_Layout.of(servers)`, kept for the last tuple of servers (backends pass the same one each round)."""
+    global _last_layout
+    if not isinstance(servers, tuple):
+        return _Layout.of(servers)
+    last, layout = _last_layout
+    if last is not servers:
+        layout = _Layout.of(servers)
+        _last_layout = (servers, layout)
+    return layout
+
+
 def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
           previous: Mapping[Row, Assignment]) -> list[Assignment]:
     """Put picked (row, type, GPUs) on servers.
@@ -193,10 +226,9 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
     still free; the rest go largest first, to the fullest server that still
     fits them whole (consolidated), else over the servers with most free GPUs.
     """
-    free = {s.name: s.gpus for s in servers}
-    of_type: dict[str, list[str]] = {}
-    for s in servers:
-        of_type.setdefault(s.worker_type, []).append(s.name)
+    layout = _layout(servers)
+    free = dict(layout.free)
+    of_type = layout.of_type
     placed: list[Assignment] = []
     waiting = []
     for pick in picks:
@@ -255,22 +287,25 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     prio = priorities(x, ledger.since_reset(rows))
     sizes = [int(scale_factors[row[0]]) for row in rows]
     column = {wt: j for j, wt in enumerate(worker_types)}
-    free = [0] * len(worker_types)
-    for s in servers:
-        j = column.get(s.worker_type)
-        if j is not None:
-            free[j] += s.gpus
-    before = {a.jobs: a for a in previous}
-    current = {row: column.get(a.worker_type) for row, a in before.items()}
+    gpus = _layout(servers).gpus
+    free = [gpus.get(wt, 0) for wt in worker_types]
+    before: dict[Row, Assignment] = {}          # last round's assignment of each row
+    current: dict[Row, int | None] = {}         # and its type
+    for a in previous:
+        before[a.jobs] = a
+        current[a.jobs] = column.get(a.worker_type)
     chosen = select(rows, prio, np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64), current)
     picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
     assignments = place(picks, servers, before)
-    kept, started = [], []
+    kept, started, still = [], [], set()
     for a in assignments:
         b = before.get(a.jobs)
-        (kept if b is a or b == a else started).append(a)
-    still = {job for a in kept for job in a.jobs}
-    preempt = tuple(sorted({job for a in previous for job in a.jobs} - still))
+        if b is a or b == a:
+            kept.append(a)
+            still.update(a.jobs)
+        else:
+            started.append(a)
+    preempt = tuple(sorted(set().union(*before) - still))
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt)
 
 

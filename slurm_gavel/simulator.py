@@ -231,7 +231,7 @@ class SimulatedCluster:
     def _rates(self, a: Assignment) -> tuple[float, ...]:
         """Steps/s of each job of an assignment: alone or as a pair, consolidated or spread."""
         spread = len(a.servers) > 1
-        key = (tuple(self._active[j].job_type for j in a.jobs), a.worker_type, a.gpus, spread)
+        key = (tuple([self._active[j].job_type for j in a.jobs]), a.worker_type, a.gpus, spread)
         if key not in self._rate_cache:
             sf = self._active[a.jobs[0]].scale_factor
             wt = a.worker_type
@@ -266,7 +266,7 @@ class SimulatedCluster:
         end = min(end, now)
         length = end - start
         active, done, rates, results = self._active, self._done, self._rate, self.results
-        ckpt_left = self._ckpt_left
+        ckpt_left, column = self._ckpt_left, self._column
         busy = [0.0] * len(self.worker_types)
         usage = self._usage
         departed = False
@@ -283,8 +283,9 @@ class SimulatedCluster:
                     ckpt_left[job] = cost - length if cost > length else 0.0
                 rate = made[job] = rates.get(job, 0.0)
                 useful = length - cost if length > cost else 0.0
-                if rate > 0 and (state.total_steps - done[job]) <= rate * useful:
-                    ran = cost + (state.total_steps - done[job]) / rate
+                left = state.total_steps - done[job]
+                if rate > 0 and left <= rate * useful:
+                    ran = cost + left / rate
                     done[job] = state.total_steps
                     results[job].seconds[wt] += ran
                     self._depart(job, start + ran)
@@ -295,7 +296,7 @@ class SimulatedCluster:
                     results[job].seconds[wt] += ran
                 if ran > held:
                     held = ran
-            busy[self._column[wt]] += held * a.gpus
+            busy[column[wt]] += held * a.gpus
             usage.append(Usage(a, held))
             if self.measure and held > 0:
                 spread = len(a.servers) > 1
