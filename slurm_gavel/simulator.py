@@ -405,7 +405,8 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
     its life (a pair row counts for both its jobs).  Realized: its GPU time
     per type over its life.  0 = the mechanism met X exactly.
     """
-    target: dict[str, np.ndarray] = {}
+    index: dict[str, int] = {}             # job -> its row of `target`
+    parts = []
     for i, (_, t0, alloc, _) in enumerate(allocations):
         t1 = allocations[i + 1][1] if i + 1 < len(allocations) else end
         span = t1 - t0
@@ -416,18 +417,16 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
             np.add.at(x, alloc.pair_jobs[:, 0], alloc.x_pairs)
             np.add.at(x, alloc.pair_jobs[:, 1], alloc.x_pairs)
         x *= span
-        for job, row in zip(alloc.job_ids, x):
-            acc = target.get(job)
-            if acc is None:
-                target[job] = row.copy()
-            else:
-                acc += row
+        parts.append(([index.setdefault(job, len(index)) for job in alloc.job_ids], x))
+    target = np.zeros((len(index), parts[0][1].shape[1] if parts else 0))
+    for rows, x in parts:            # an allocation names each job once
+        target[rows] += x
     gaps = []
     for job, r in results.items():
-        if math.isnan(r.finish) or r.jct <= 0 or job not in target:
+        if math.isnan(r.finish) or r.jct <= 0 or job not in index:
             continue
         realized = np.array(list(r.seconds.values())) / r.jct
-        computed = np.minimum(target[job] / r.jct, 1.0)
+        computed = np.minimum(target[index[job]] / r.jct, 1.0)
         gaps.append(float(np.abs(realized - computed).sum()))
     return float(np.mean(gaps)) if gaps else 0.0
 
