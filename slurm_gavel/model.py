@@ -298,18 +298,18 @@ class PolicyInput:
         pf = self.pair_feasible
         pmean = shared.sum(axis=1) / np.maximum(pf.sum(axis=1), 1)[:, None]
         pblind = np.where(pf[:, :, None], pmean[:, None, :], 0.0)
-        out = self._derive(throughputs=blind, pair_throughputs=pblind,
-                           unconsolidated_throughputs=np.full_like(blind, np.nan))
-        if not out.feasible.any(axis=1).all():     # a mean throughput that underflowed to 0
-            out._find_problem()
-        return out
+        # Valid as it stands: a mean of positive throughputs is positive (the
+        # smallest is a whole number of the least float, as is their sum), so
+        # every job fits exactly the types it fitted, and nothing is negative.
+        return self._derive(throughputs=blind, pair_throughputs=pblind,
+                            unconsolidated_throughputs=np.full_like(blind, np.nan))
 
     def _derive(self, **changes) -> "PolicyInput":
         """A copy with `changes`: arrays this class derived itself from a valid input.
 
         Like `dataclasses.replace`, without `__post_init__`: the arrays already
-        have their types and shapes, and the caller checks what its change can
-        break (type_blind: only "every job fits some type").
+        have their types and shapes, and the caller knows its change keeps the
+        input valid.
         """
         out = object.__new__(PolicyInput)
         out.__dict__.update({name: self.__dict__[name] for name in self.__dataclass_fields__})
