@@ -24,6 +24,8 @@ measurement noise).
 
     python bench/figure16.py                               # 4 rates x 3 seeds x 4 variants
     python bench/figure16.py --rates 0.6 --seeds 0 --window 50:150    # a quick look
+    python bench/figure16.py --seeds 1 --csv s1.csv        # one seed at a time, then
+    python bench/figure16.py --from-csv s0.csv,s1.csv,s2.csv --plot fig16.png    # the table from them
 
 The throughput file is not part of the project: pass --throughputs, or keep
 the default path of this workspace (../shared/data/gavel/...).
@@ -73,17 +75,79 @@ def run_one(throughputs: str, variant: str, rate: float, seed: int, window: tupl
             "wall_seconds": s["wall_seconds"]}
 
 
+def read_rows(paths: list[str]) -> list[dict]:
+    """Rows of one or more --csv files (e.g. one per seed), numbers parsed."""
+    rows = []
+    for path in paths:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                row["rate"] = float(row["rate"])
+                row["seed"] = int(row["seed"])
+                row["average_jct_hours"] = float(row["average_jct_hours"])
+                row["complete"] = row["complete"] == "True"
+                row["solver_errors"] = int(row["solver_errors"])
+                rows.append(row)
+    return rows
+
+
+def report(rows: list[dict], plot: str | None = None) -> None:
+    """The table of average JCT (mean over seeds) per variant and rate, and the plot."""
+    variants = [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
+    rates = sorted({r["rate"] for r in rows})
+    mean = {}
+    for row in rows:
+        mean.setdefault((row["variant"], row["rate"]), []).append(row["average_jct_hours"])
+    seeds = sorted({r["seed"] for r in rows})
+    print(f"\naverage JCT (hours), mean over seeds {seeds}")
+    header = f"{'rate':>6} " + " ".join(f"{v:>18}" for v in variants)
+    if "oracle" in variants:
+        header += "  " + " ".join(f"{v + ' / oracle':>26}" for v in variants if v != "oracle")
+    print(header)
+    for rate in rates:
+        vals = {v: sum(mean[(v, rate)]) / len(mean[(v, rate)]) for v in variants if (v, rate) in mean}
+        line = f"{rate:6g} " + " ".join(f"{vals[v]:18.2f}" if v in vals else f"{'-':>18}" for v in variants)
+        if "oracle" in vals:
+            line += "  " + " ".join(f"{vals[v] / vals['oracle']:26.3f}" if v in vals else f"{'-':>26}"
+                                    for v in variants if v != "oracle")
+        counts = {len(mean[k]) for k in mean if k[1] == rate}
+        if len(counts) > 1:
+            line += "  (seeds differ across variants)"
+        print(line)
+    print(f"\nall {len(rows)} runs complete: {all(r['complete'] for r in rows)}; "
+          f"solver errors: {sum(r['solver_errors'] for r in rows)}")
+    if plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for v in variants:
+            xs = [r for r in rates if (v, r) in mean]
+            ax.plot(xs, [sum(mean[(v, r)]) / len(mean[(v, r)]) for r in xs], marker="o", label=v)
+        ax.set_xlabel("input job rate (jobs/hour)")
+        ax.set_ylabel("average JCT (hours)")
+        ax.set_title(f"12 GPUs, max-min fairness: oracle vs estimated throughputs (seeds {seeds})", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.savefig(plot, dpi=100, bbox_inches="tight")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--throughputs", default=str(DEFAULT_THROUGHPUTS))
-    parser.add_argument("--rates", default="0.4,0.6,0.8,1.0", help="jobs/hour (default: %(default)s)")
+    parser.add_argument("--rates", default="0.4,0.6,0.7,0.8", help="jobs/hour (default: %(default)s)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--window", default="100:300", help="FIRST:END job ids (default: %(default)s)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--csv", metavar="FILE", help="one line per run")
     parser.add_argument("--plot", metavar="PNG", help="average JCT against rate (needs matplotlib)")
+    parser.add_argument("--from-csv", metavar="FILES", help="no runs: the table (and --plot) of --variants "
+                        "from these comma-separated --csv files, e.g. one per seed")
     args = parser.parse_args()
+    if args.from_csv:
+        keep = set(args.variants.split(","))
+        report([r for r in read_rows(args.from_csv.split(",")) if r["variant"] in keep], args.plot)
+        return 0
     if not Path(args.throughputs).exists():
         print(f"throughput file not found: {args.throughputs} (pass --throughputs)", file=sys.stderr)
         return 2
@@ -103,6 +167,8 @@ def main() -> int:
           f"{args.processes} processes", flush=True)
     started = time.perf_counter()
     rows = []
+    out = open(args.csv, "w", newline="") if args.csv else None
+    writer = None
     with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
         futures = {pool.submit(run_one, args.throughputs, v, r, s, (first, end)): (v, r, s) for v, r, s in runs}
         for f in futures:
@@ -111,40 +177,16 @@ def main() -> int:
             print(f"  {row['variant']:<18} rate {row['rate']:<4g} seed {row['seed']}  avg JCT "
                   f"{row['average_jct_hours']:7.2f} h  {'complete' if row['complete'] else 'INCOMPLETE'}  "
                   f"solver errors {row['solver_errors']}  wall {row['wall_seconds']:.0f} s", flush=True)
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    mean = {}
-    for row in rows:
-        mean.setdefault((row["variant"], row["rate"]), []).append(row["average_jct_hours"])
-    print(f"\naverage JCT (hours), mean over seeds {seeds}")
-    header = f"{'rate':>6} " + " ".join(f"{v:>18}" for v in variants)
-    if "oracle" in variants:
-        header += "  " + " ".join(f"{v + ' / oracle':>26}" for v in variants if v != "oracle")
-    print(header)
-    for rate in rates:
-        vals = {v: sum(mean[(v, rate)]) / len(mean[(v, rate)]) for v in variants}
-        line = f"{rate:6g} " + " ".join(f"{vals[v]:18.2f}" for v in variants)
-        if "oracle" in variants:
-            line += "  " + " ".join(f"{vals[v] / vals['oracle']:26.3f}" for v in variants if v != "oracle")
-        print(line)
-    print(f"\nall {len(rows)} runs complete: {all(r['complete'] for r in rows)}; "
-          f"solver errors: {sum(r['solver_errors'] for r in rows)}; wall {time.perf_counter() - started:.0f} s")
-    if args.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for v in variants:
-            ax.plot(rates, [sum(mean[(v, r)]) / len(mean[(v, r)]) for r in rates], marker="o", label=v)
-        ax.set_xlabel("input job rate (jobs/hour)")
-        ax.set_ylabel("average JCT (hours)")
-        ax.set_title("12 GPUs, max-min fairness: oracle vs estimated throughputs")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.savefig(args.plot, dpi=100, bbox_inches="tight")
+            if out is not None:  # written as runs end, so that a stopped run keeps what it did
+                if writer is None:
+                    writer = csv.DictWriter(out, fieldnames=list(row))
+                    writer.writeheader()
+                writer.writerow(row)
+                out.flush()
+    if out is not None:
+        out.close()
+    report(rows, args.plot)
+    print(f"wall {time.perf_counter() - started:.0f} s")
     return 0
 
 
