@@ -65,6 +65,20 @@ def hide(rng, n_entries: int, share: float, k: int) -> np.ndarray:
             return hidden
 
 
+def truth_without(table, m, rank, reg, solo_weight):
+    """The reference set without model m, and m's true row: solo steps/s (k,) and its pair
+    fractions next to each reference model (k, R; NaN where the table has no pair)."""
+    rs = ReferenceSet(table, 1, TYPES, exclude=m, rank=rank, reg=reg, solo_weight=solo_weight)
+    solo = np.array([table.solo(m, 1)[wt] for wt in TYPES])
+    pairs = np.full((len(TYPES), len(rs)), np.nan)
+    for j, other in enumerate(rs.models):
+        p = table.pair(m, other, 1)
+        for t, wt in enumerate(TYPES):
+            if wt in p:
+                pairs[t, j] = p[wt][0] / solo[t]
+    return rs, solo, pairs
+
+
 def rel(est, truth):
     return np.abs(est - truth) / truth
 
@@ -99,15 +113,8 @@ def leave_one_out(table, models, shares, seeds, rank, reg, solo_weight):
         for seed in seeds:
             rng = np.random.default_rng([seed, int(share * 1000)])
             for m in models:
-                rs = ReferenceSet(table, 1, TYPES, exclude=m, rank=rank, reg=reg, solo_weight=solo_weight)
+                rs, solo, pairs = truth_without(table, m, rank, reg, solo_weight)
                 R = len(rs)
-                solo = np.array([table.solo(m, 1)[wt] for wt in TYPES])
-                pairs = np.full((k, R), np.nan)
-                for j, other in enumerate(rs.models):
-                    p = table.pair(m, other, 1)
-                    for t, wt in enumerate(TYPES):
-                        if wt in p:
-                            pairs[t, j] = p[wt][0] / solo[t]
                 n = k + k * R
                 hidden = hide(rng, n, share, k)
                 hidden_solo = hidden[hidden < k]
@@ -148,15 +155,8 @@ def solo_only(table, models, rank, reg, solo_weight):
     for measured in (1, 2):
         errs = {name: Errors() for name in ("nearest", "completion", "model_mean", "type_mean")}
         for m in models:
-            rs = ReferenceSet(table, 1, TYPES, exclude=m, rank=rank, reg=reg, solo_weight=solo_weight)
+            rs, solo, pairs = truth_without(table, m, rank, reg, solo_weight)
             R = len(rs)
-            solo = np.array([table.solo(m, 1)[wt] for wt in TYPES])
-            pairs = np.full((k, R), np.nan)
-            for j, other in enumerate(rs.models):
-                p = table.pair(m, other, 1)
-                for t, wt in enumerate(TYPES):
-                    if wt in p:
-                        pairs[t, j] = p[wt][0] / solo[t]
             for seen in combinations(range(k), measured):
                 hs = np.array([t for t in range(k) if t not in seen])
                 fp = rs.fingerprint({t: solo[t] for t in seen})
