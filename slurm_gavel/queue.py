@@ -62,8 +62,8 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
             continue
         reason = st.get("reason") if st else "not yet scheduled (waiting for the next round)"
         est = estimates.get(j["id"], {})
-        phase = next(iter(est.values()))["phase"] if est else None
-        proxy = next(iter(est.values()))["proxy"] if est else None
+        first = next(iter(est.values()), {})          # phase and proxy are per job
+        phase, proxy = first.get("phase"), first.get("proxy")
         out.append({
             "jobid": j["id"], "user": j["user"], "name": j["name"], "account": j["account"],
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],

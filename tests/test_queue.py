@@ -65,11 +65,10 @@ def test_gqueue_shows_the_throughputs_the_policy_was_told_and_where_from(tmp_pat
     clock = SimulatedClock()
     backend = SimulatedCluster(jobs, table, {"v100": 1, "p100": 1, "k80": 1}, clock, measure=True)
     store = SqliteStore(tmp_path / "state.db")
-    known = {m: r for m, r in table.to_gavel_dict().items()}
     # the estimator's reference lacks the first job's model: that job must explore
     hidden = jobs[0].job_type
     reference = type(table).from_gavel_dict(
-        {wt: {k: v for k, v in rows.items() if hidden not in k} for wt, rows in known.items()})
+        {wt: {k: v for k, v in rows.items() if hidden not in k} for wt, rows in table.to_gavel_dict().items()})
     engine = Engine(clock, backend, Immediate(make_policy("max_min_fairness")),
                     EstimatingThroughputs(reference, store=store, clock=clock.now), store)
     for _ in range(2):
