@@ -285,7 +285,7 @@ def test_a_pytorch_template_job_is_moved_by_the_daemon_and_finishes_its_steps(cl
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=10, tick_seconds=1)
     env = dict(cluster.env, GAVEL_PROGRESS_DIR=str(tmp_path / "progress"))
-    steps = 80
+    steps = 240       # several 10-s rounds even on a fast machine: it must be preempted at least once
     out = subprocess.run([sys.executable, "-m", "slurm_gavel", "submit", "resnet18", "--steps", str(steps),
                           "--", "-o", str(tmp_path / "template-%j.out"),
                           f"--export=ALL,GAVEL_PROGRESS_DIR={tmp_path / 'progress'}"],
