@@ -23,6 +23,9 @@ from slurm_gavel.sqlite_store import SqliteStore
 ROOT = Path(__file__).resolve().parents[1]
 TOY_TABLE = ROOT / "examples" / "toy_throughputs.json"
 TICK = 2.0
+# Slurm counts a job as running from its launch; the script logs its own start later
+# (about 2.5 s under load on these machines, see tests/test_backend_contract.py).
+LAUNCH = 3.0
 
 JOB = r"""#!/bin/bash
 #SBATCH --requeue
@@ -170,7 +173,7 @@ def test_jobs_are_preempted_moved_resumed_and_all_complete(clean, tmp_path):
         n = len(segments(tmp_path, job))
         for partition, seconds in ran.items():
             recorded = ledger.get(job, {}).get(partition, 0.0)
-            assert abs(recorded - seconds) <= n * (TICK + 1.5), (job, partition, recorded, seconds)
+            assert abs(recorded - seconds) <= n * (TICK + LAUNCH), (job, partition, recorded, seconds)
     assert restarted >= 2, "no job was preempted and resumed"
     assert moved >= 1, "no job moved between GPU types"
     done = {r["id"]: r for r in store.jobs(states=("completed",))}
@@ -247,7 +250,7 @@ def test_a_daemon_killed_mid_round_loses_nothing(clean, tmp_path):
             ran = sum(s for p, s in segs if p == partition)
             recorded = ledger.get(job, {}).get(partition, 0.0)
             # per segment a tick, plus the tick before the kill
-            assert abs(recorded - ran) <= len(segs) * (TICK + 1.5) + TICK, (job, partition, recorded, ran)
+            assert abs(recorded - ran) <= len(segs) * (TICK + LAUNCH) + TICK, (job, partition, recorded, ran)
     assert set(jobs) <= {r["id"] for r in store.jobs(states=("completed",))}
 
 
