@@ -49,10 +49,10 @@ sys.path.insert(0, str(ROOT))
 import torch
 from torch.utils.data import DataLoader
 
-from slurm_gavel.iterator import GavelIterator
-from slurm_gavel.templates import NAMES
-from slurm_gavel.templates.models import build
-from slurm_gavel.templates.train import checkpoint_functions
+from slurm_gavel.job.iterator import GavelIterator
+from slurm_gavel.slurm.jobscript import NAMES
+from slurm_gavel.job.templates.models import build
+from slurm_gavel.job.templates.train import checkpoint_functions
 
 PAPER_MOVE_FRACTION = 0.16
 
@@ -81,7 +81,7 @@ def measure(name: str, directory: Path, repeats: int) -> dict:
 
 
 def restart_seconds(name: str) -> float:
-    code = ("import torch\nfrom slurm_gavel.templates.models import build\n"
+    code = ("import torch\nfrom slurm_gavel.job.templates.models import build\n"
             f"build({name!r}, 0).make_optimizers()")
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     t0 = time.perf_counter()

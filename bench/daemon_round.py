@@ -31,11 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurm_gavel import config as config_mod  # noqa: E402
-from slurm_gavel.daemon import Daemon  # noqa: E402
-from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua, node_list,  # noqa: E402
-                                    parse_types, pick_ports, unavailable_reason)
-from slurm_gavel.slurm_json import parse_jobs, parse_nodes  # noqa: E402
+from slurm_gavel.slurm import config as config_mod  # noqa: E402
+from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
+from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
+                                          node_list, parse_types, pick_ports,
+                                          unavailable_reason)
+from slurm_gavel.slurm.records import parse_jobs, parse_nodes  # noqa: E402
 
 
 class Timer:
@@ -98,7 +99,7 @@ def main() -> int:
             timer.wrap(daemon.store, "usage", "record")
             timer.wrap(daemon.store, "allocation", "record")
             timer.wrap(daemon.store, "status", "record")
-            import slurm_gavel.engine as engine_mod
+            import slurm_gavel.core.engine as engine_mod
             plan_round = engine_mod.plan_round
 
             def timed_plan(*a, **k):

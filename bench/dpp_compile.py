@@ -22,7 +22,7 @@ import numpy as np
 
 
 def one(n_jobs: int, pairs_per_job: int, dpp: bool) -> dict:
-    from slurm_gavel.model import PolicyInput
+    from slurm_gavel.core.model import PolicyInput
     from slurm_gavel.policies.fairness import MaxMinFairness
     from slurm_gavel.policies.program import AllocationProgram, Numbers
     from slurm_gavel.policies.solver import parameter_entries

@@ -49,9 +49,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEFAULT_THROUGHPUTS = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 
-from slurm_gavel.estimator import (DEFAULT_RANK, DEFAULT_REG, DEFAULT_SOLO_WEIGHT,  # noqa: E402
-                                   ReferenceSet, complete)
-from slurm_gavel.workloads import ThroughputTable  # noqa: E402
+from slurm_gavel.estimator.learning import (DEFAULT_RANK, DEFAULT_REG,  # noqa: E402
+                                            DEFAULT_SOLO_WEIGHT, ReferenceSet, complete)
+from slurm_gavel.estimator.table import ThroughputTable  # noqa: E402
 
 TYPES = ("v100", "p100", "k80")
 

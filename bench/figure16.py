@@ -50,11 +50,12 @@ CLUSTER = {"v100": 4, "p100": 4, "k80": 4}
 
 
 def run_one(throughputs: str, variant: str, rate: float, seed: int, window: tuple[int, int]) -> dict:
-    from slurm_gavel.estimator import EstimatingThroughputs
+    from slurm_gavel.estimator.learning import EstimatingThroughputs
     from slurm_gavel.policies import make_policy
-    from slurm_gavel.simulator import simulate, summarize
-    from slurm_gavel.throughputs import TableThroughputs
-    from slurm_gavel.workloads import ThroughputTable, iter_trace
+    from slurm_gavel.sim.simulator import simulate, summarize
+    from slurm_gavel.estimator.table import TableThroughputs
+    from slurm_gavel.estimator.table import ThroughputTable
+    from slurm_gavel.sim.workloads import iter_trace
 
     table = ThroughputTable.from_gavel_json(throughputs)
     space_sharing = variant != "no-ss"

@@ -54,7 +54,7 @@ def load_table(path: Path):
 
 
 def instance(n: int, seed: int, table, space_sharing: bool, distinct: bool = False):
-    from slurm_gavel.model import PolicyInput
+    from slurm_gavel.core.model import PolicyInput
 
     _, solo, pair = table
     rng = np.random.default_rng(seed)

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEFAULT_THROUGHPUTS = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 
-from slurm_gavel.experiments import RunConfig, run, sweep  # noqa: E402
+from slurm_gavel.sim.experiments import RunConfig, run, sweep  # noqa: E402
 
 
 def _load() -> str:

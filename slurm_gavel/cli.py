@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from .errors import GavelError, InputError, SolverError, UnknownPolicyError
+from .core.errors import GavelError, InputError, SolverError, UnknownPolicyError
 
 PROG = "slurm-gavel"
 EXIT_OK, EXIT_SOLVER, EXIT_INPUT = 0, 1, 2
@@ -72,21 +72,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shadow mode: compute and log every decision, change nothing in Slurm")
     daemon.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds (tests)")
     daemon.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    from .queue import add_arguments
+    from .slurm.queue import add_arguments
     queue = commands.add_parser(
         "queue", help="the scheduler's view of the jobs (also installed as gqueue)",
         description="Every gavel job: GPU type now, target share per type, time received per "
                     "type, priority, rounds, and why it waits. Reads the daemon's database.")
     add_arguments(queue)
     try:
-        from .devcluster import register
+        from .slurm.devcluster import register
     except ImportError:      # pragma: no cover
         pass
     else:
         register(commands)
-    from .submit import register as register_submit
+    from .slurm.submit import register as register_submit
     register_submit(commands)
-    from .throughputs_cli import register as register_throughputs
+    from .estimator.cli import register as register_throughputs
     register_throughputs(commands)
     return parser
 
@@ -263,7 +263,7 @@ def format_table(allocation, inp) -> str:
 
 
 def cmd_solve(args) -> int:
-    from .inputs import load_policy_input
+    from .core.inputs import load_policy_input
     from .policies import make_policy, resolve
 
     try:
@@ -331,8 +331,8 @@ def _check_output(path: str | None, option: str):
 
 
 def _run_config(args, **overrides):
-    from .experiments import RunConfig
-    from .simulator import parse_cluster
+    from .sim.experiments import RunConfig
+    from .sim.simulator import parse_cluster
 
     _positive(args.round_seconds, "--round")
     _positive(args.checkpoint_seconds, "--checkpoint-seconds", allow_zero=True)
@@ -417,8 +417,8 @@ def format_summary(row: dict) -> str:
 
 
 def cmd_simulate(args) -> int:
-    from .experiments import atomic_write, jobs_csv, plot_jct_cdf, simulate_config
-    from .simulator import summarize
+    from .sim.experiments import atomic_write, jobs_csv, plot_jct_cdf, simulate_config
+    from .sim.simulator import summarize
 
     _check_policy(args.policy, args.space_sharing)
     _check_output(args.csv, "--csv")
@@ -456,8 +456,8 @@ def cmd_simulate(args) -> int:
 
 def cmd_daemon(args) -> int:
     import os
-    from . import config as config_mod
-    from .daemon import main as daemon_main
+    from .slurm import config as config_mod
+    from .slurm.daemon import main as daemon_main
 
     if args.max_rounds is not None and args.max_rounds < 1:
         raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")
@@ -468,12 +468,12 @@ def cmd_daemon(args) -> int:
 
 
 def cmd_queue(args) -> int:
-    from .queue import run
+    from .slurm.queue import run
     return run(args)
 
 
 def cmd_sweep(args) -> int:
-    from .experiments import atomic_write, plot_sweep, rows_csv, sweep
+    from .sim.experiments import atomic_write, plot_sweep, rows_csv, sweep
 
     policies = []
     for item in filter(None, (p.strip() for p in args.policies.split(","))):
@@ -497,7 +497,7 @@ def cmd_sweep(args) -> int:
         raise InputError("--policies/--rates/--seeds", "each needs at least one value")
     base = _run_config(args, policy=policies[0][0])
     # check the table and cluster once here, not in every worker
-    from .experiments import check_config
+    from .sim.experiments import check_config
     check_config(base)
     if args.processes is not None and args.processes < 1:
         raise InputError("--processes", f"must be >= 1, got {args.processes}")

@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-`slurm_cluster`: one real local Slurm cluster (slurm_gavel.devcluster) for the whole
+`slurm_cluster`: one real local Slurm cluster (slurm_gavel.slurm.devcluster) for the whole
 session: 3 GPU types x 2 nodes x 4 fake GPUs, the repository's job_submit.lua when
 present, random free ports.  Skipped where Slurm is missing or we are not root,
 except under CI (the CI variable set), where that is a failure: CI must run them.
@@ -12,21 +12,15 @@ import time
 
 import pytest
 
-from slurm_gavel.devcluster import (
-    DEFAULT_TYPES,
-    DevCluster,
-    default_job_submit_lua,
-    node_list,
-    pick_ports,
-    unavailable_reason,
-)
-from slurm_gavel.slurmcli import PARTITION_TRIES, transient_update_error
+from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster, default_job_submit_lua,
+                                          node_list, pick_ports, unavailable_reason)
+from slurm_gavel.slurm.commands import PARTITION_TRIES, transient_update_error
 
 
 def move_job(run, job, partition, **kw):
     """`scontrol update jobid=JOB partition=P` through `run(args, check=False, **kw)`,
     retried like SlurmCLI.update: Slurm 24.11 without accounting refuses it at random
-    with a stale errno (see slurm_gavel.slurmcli.PARTITION_TRIES)."""
+    with a stale errno (see slurm_gavel.slurm.commands.PARTITION_TRIES)."""
     args = ["scontrol", "update", f"jobid={job}", f"partition={partition}"]
     for attempt in range(PARTITION_TRIES):
         result = run(args, check=False, **kw)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from slurm_gavel.model import Allocation, PolicyInput
+from slurm_gavel.core.model import Allocation, PolicyInput
 
 TOL = 1e-6
 

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.backend import Observation
-from slurm_gavel.clock import SimulatedClock, WallClock
-from slurm_gavel.mechanism import Assignment, RoundPlan, Server
-from slurm_gavel.simulator import SimulatedCluster
-from slurm_gavel.workloads import ThroughputTable, TraceJob
+from slurm_gavel.core.backend import Observation
+from slurm_gavel.core.clock import SimulatedClock, WallClock
+from slurm_gavel.core.mechanism import Assignment, RoundPlan, Server
+from slurm_gavel.sim.simulator import SimulatedCluster
+from slurm_gavel.estimator.table import ThroughputTable
+from slurm_gavel.sim.workloads import TraceJob
 
 TYPES = ("v100", "p100", "k80")
 SERVERS_PER_TYPE, GPUS_PER_SERVER = 2, 4
@@ -177,8 +178,8 @@ class SlurmHarness(Harness):
     stop_seconds = 5.0   # a signalled job checkpoints, exits, and a poll sees it
 
     def __init__(self, cluster, tmp_path: Path):
-        from slurm_gavel.slurm_backend import SlurmBackend
-        from slurm_gavel.slurmcli import SlurmCLI
+        from slurm_gavel.slurm.backend import SlurmBackend
+        from slurm_gavel.slurm.commands import SlurmCLI
         super().__init__()
         self.cluster, self.dir = cluster, tmp_path
         self.clock = WallClock()

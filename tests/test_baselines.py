@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers import make_input, random_input
-from slurm_gavel.errors import InputError
+from slurm_gavel.core.errors import InputError
 from slurm_gavel.policies import POLICIES, make_policy
 from slurm_gavel.policies.baselines import AlloX, Gandiva
 

@@ -232,7 +232,7 @@ def test_help_exits_0(capsys):
 
 
 def test_solver_error_exits_1(tmp_path, capsys, monkeypatch):
-    from slurm_gavel.errors import SolverError
+    from slurm_gavel.core.errors import SolverError
     from slurm_gavel.policies.fairness import MaxMinFairness
 
     def fail(self, inp):

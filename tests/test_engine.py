@@ -8,15 +8,16 @@ import time
 import numpy as np
 import pytest
 
-from slurm_gavel.clock import SimulatedClock, WallClock
-from slurm_gavel.engine import INTERIM, Engine, compose
-from slurm_gavel.errors import SolverError
+from slurm_gavel.core.clock import SimulatedClock, WallClock
+from slurm_gavel.core.engine import INTERIM, Engine, compose
+from slurm_gavel.core.errors import SolverError
 from slurm_gavel.policies import make_policy
-from slurm_gavel.recompute import Background, Delayed, Immediate
-from slurm_gavel.simulator import SimulatedCluster, simulate
-from slurm_gavel.store import MemoryStore
-from slurm_gavel.throughputs import TableThroughputs
-from slurm_gavel.workloads import ThroughputTable, TraceJob, generate_trace
+from slurm_gavel.core.recompute import Background, Delayed, Immediate
+from slurm_gavel.sim.simulator import SimulatedCluster, simulate
+from slurm_gavel.core.store import MemoryStore
+from slurm_gavel.estimator.table import TableThroughputs
+from slurm_gavel.estimator.table import ThroughputTable
+from slurm_gavel.sim.workloads import TraceJob, generate_trace
 
 from helpers import make_input
 

@@ -8,18 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slurm_gavel.backend import JobState, Measurement
-from slurm_gavel.estimator import (DEFAULT_EXPLORE_ROUNDS, DEFAULT_OPTIMISM, EstimatingThroughputs,
-                                   Measured, ReferenceSet, complete)
+from slurm_gavel.core.backend import JobState, Measurement
+from slurm_gavel.estimator.learning import (DEFAULT_EXPLORE_ROUNDS, DEFAULT_OPTIMISM,
+                                            EstimatingThroughputs, Measured, ReferenceSet, complete)
 from slurm_gavel.policies import make_policy
-from slurm_gavel.simulator import simulate
-from slurm_gavel.sqlite_store import SqliteStore
-from slurm_gavel.throughputs import TableThroughputs
-from slurm_gavel.throughputs_cli import main as tp_main
-from slurm_gavel.workloads import ThroughputTable, TraceJob
+from slurm_gavel.sim.simulator import simulate
+from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.estimator.table import TableThroughputs
+from slurm_gavel.estimator.cli import main as tp_main
+from slurm_gavel.estimator.table import ThroughputTable
+from slurm_gavel.sim.workloads import TraceJob
 
 TYPES = ("v100", "p100", "k80")
-GAVEL = Path("/work/shared/data/gavel/simulation_throughputs.json")
+GAVEL = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 
 # Six reference models with different shapes across types (speedup of v100 over k80
 # from 1.2x to 10x) and scales; "twin" is a new model shaped like "conv" (same
@@ -394,7 +395,7 @@ def test_measurements_persist_in_sqlite_and_estimates_are_written(tmp_path):
 
 
 def _observation(jobs):
-    from slurm_gavel.backend import Observation
+    from slurm_gavel.core.backend import Observation
     return Observation(0.0, tuple(jobs), ())
 
 
@@ -427,7 +428,7 @@ def test_a_simulation_with_unknown_models_completes_every_job(space_sharing):
 
 @pytest.mark.skipif(not GAVEL.exists(), reason="Gavel's measured throughputs are not on this machine")
 def test_on_gavel_table_the_estimator_with_the_model_known_matches_the_oracle():
-    from slurm_gavel.workloads import generate_trace
+    from slurm_gavel.sim.workloads import generate_trace
     table = ThroughputTable.from_gavel_json(GAVEL)
     trace = generate_trace(table, n_jobs=30, rate_per_hour=2.0, seed=3)
     cluster = {"v100": 4, "p100": 4, "k80": 4}
@@ -541,7 +542,7 @@ def test_cli_json_errors_and_other_failures(tmp_path, capsys):
 
 
 def test_a_failing_fingerprint_falls_back_instead_of_stopping_the_scheduler(monkeypatch):
-    from slurm_gavel import estimator as mod
+    from slurm_gavel.estimator import learning as mod
 
     def broken(self, solo, pairs=None):
         raise np.linalg.LinAlgError("Singular matrix")

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from slurm_gavel.errors import SolverError
+from slurm_gavel.core.errors import SolverError
 from slurm_gavel.policies import direct, make_policy
 
 from helpers import assert_feasible, make_input, random_input

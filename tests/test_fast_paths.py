@@ -15,10 +15,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from slurm_gavel.errors import InputError
-from slurm_gavel.mechanism import Assignment, Server, place, select
-from slurm_gavel.model import Allocation, PolicyInput, _finite
-from slurm_gavel.simulator import JobResult, allocation_gap
+from slurm_gavel.core.errors import InputError
+from slurm_gavel.core.mechanism import Assignment, Server, place, select
+from slurm_gavel.core.model import Allocation, PolicyInput, _finite
+from slurm_gavel.sim.simulator import JobResult, allocation_gap
 
 
 # -- the reference versions --------------------------------------------------------

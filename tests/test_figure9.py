@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.experiments import RunConfig, run
+from slurm_gavel.sim.experiments import RunConfig, run
 
-TABLE = Path("/work/shared/data/gavel/simulation_throughputs.json")
+TABLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 
 
 @pytest.mark.skipif(not TABLE.exists(), reason="Gavel's measured throughputs are not on this machine")

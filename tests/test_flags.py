@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_gavel.errors import InputError
-from slurm_gavel.flags import (MAX_SLO_SECONDS, MAX_SPEEDS, MAX_STEPS, UNIT_SECONDS, FlagError,
-                               GavelFlags, from_admin_comment, is_admin_comment,
-                               is_gavel_comment, parse_comment, to_admin_comment, with_entity)
+from slurm_gavel.core.errors import InputError
+from slurm_gavel.slurm.flags import (MAX_SLO_SECONDS, MAX_SPEEDS, MAX_STEPS, UNIT_SECONDS,
+                                     FlagError, GavelFlags, from_admin_comment, is_admin_comment,
+                                     is_gavel_comment, parse_comment, to_admin_comment, with_entity)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "slurm_conf" / "job_submit.lua"

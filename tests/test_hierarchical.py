@@ -7,8 +7,8 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from slurm_gavel.errors import SolverError
-from slurm_gavel.model import Allocation, PolicyInput
+from slurm_gavel.core.errors import SolverError
+from slurm_gavel.core.model import Allocation, PolicyInput
 from slurm_gavel.policies import ALIASES, POLICIES, make_policy
 from slurm_gavel.policies.fairness import MaxMinFairness
 from slurm_gavel.policies.hierarchical import Hierarchical

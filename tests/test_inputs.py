@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from slurm_gavel.errors import InputError
-from slurm_gavel.inputs import load_policy_input, parse_json, parse_policy_input
+from slurm_gavel.core.errors import InputError
+from slurm_gavel.core.inputs import load_policy_input, parse_json, parse_policy_input
 
 SEED = {
     "worker_types": {"v100": {"count": 1, "price_per_hour": 2.48}, "k80": {"count": 1}},

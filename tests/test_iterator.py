@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from torch_support import import_torch
 
-from slurm_gavel.iterator import list_checkpoints
-from slurm_gavel.progress import read_progress
+from slurm_gavel.job.iterator import list_checkpoints
+from slurm_gavel.job.progress import read_progress
 
 torch = import_torch()
 

@@ -7,14 +7,9 @@ import signal
 
 import pytest
 
-from slurm_gavel.iterator import (
-    GavelIterator,
-    catch_signal_early,
-    checkpoint_name,
-    list_checkpoints,
-    signal_number,
-)
-from slurm_gavel.progress import read_progress
+from slurm_gavel.job.iterator import (GavelIterator, catch_signal_early, checkpoint_name,
+                                      list_checkpoints, signal_number)
+from slurm_gavel.job.progress import read_progress
 
 
 class Loader:

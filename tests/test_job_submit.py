@@ -229,7 +229,7 @@ def test_gavel_job_gpus_per_job_and_account(jobs):
 
 
 def test_speeds_hint_reaches_the_admin_comment_the_daemon_reads(jobs):
-    from slurm_gavel.flags import from_admin_comment
+    from slurm_gavel.slurm.flags import from_admin_comment
     jobs.sbatch("--comment=gavel model=mynet speeds=v100:4.20,p100:2.1,k80:.9",
                 "--gres=gpu:v100:2", "--account=physics")
     job = jobs.info(jobs.ids[-1])

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_feasible, make_input, random_input
-from slurm_gavel.errors import InputError, SolverError, UnknownPolicyError
+from slurm_gavel.core.errors import InputError, SolverError, UnknownPolicyError
 from slurm_gavel.policies import POLICIES, make_policy
 from slurm_gavel.policies.solver import LP_SOLVERS, solve
 

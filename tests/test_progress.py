@@ -1,4 +1,4 @@
-"""slurm_gavel.progress: the file location contract, appends, and a reader that
+"""slurm_gavel.job.progress: the file location contract, appends, and a reader that
 tolerates torn lines (no torch)."""
 from __future__ import annotations
 
@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.progress import (
-    append_record,
-    candidate_paths,
-    latest,
-    progress_path,
-    read_progress,
-    summary,
-)
+from slurm_gavel.job.progress import (append_record, candidate_paths, latest, progress_path,
+                                      read_progress, summary)
 
 
 def test_location_contract(tmp_path):
@@ -38,7 +32,7 @@ def test_appends_accumulate_and_a_torn_last_line_is_skipped(tmp_path):
     append_record(path, {"event": "progress", "step": 50, "partition": "v100", "steps_per_second": 2.5})
     append_record(path, {"event": "checkpoint", "step": 60, "partition": "v100", "steps_per_second": 2.0})
     # a second process (a restart) appends to the same file
-    code = ("from slurm_gavel.progress import append_record; import sys; "
+    code = ("from slurm_gavel.job.progress import append_record; import sys; "
             "append_record(sys.argv[1], {'event': 'start', 'step': 60, 'partition': 'k80', "
             "'steps_per_second': None})")
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)

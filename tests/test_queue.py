@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from slurm_gavel.queue import main
+from slurm_gavel.slurm.queue import main
 
 from test_sqlite_store import run
 
@@ -49,14 +49,14 @@ def test_gqueue_errors_are_one_line(tmp_path, capsys):
 def test_gqueue_shows_the_throughputs_the_policy_was_told_and_where_from(tmp_path, capsys):
     """With the estimator (as in the daemon): a job of a model the table does not know
     shows its exploration; measured entries carry no mark, guesses a '?'."""
-    from slurm_gavel.clock import SimulatedClock
-    from slurm_gavel.engine import Engine
-    from slurm_gavel.estimator import EstimatingThroughputs
+    from slurm_gavel.core.clock import SimulatedClock
+    from slurm_gavel.core.engine import Engine
+    from slurm_gavel.estimator.learning import EstimatingThroughputs
     from slurm_gavel.policies import make_policy
-    from slurm_gavel.recompute import Immediate
-    from slurm_gavel.simulator import SimulatedCluster
-    from slurm_gavel.sqlite_store import SqliteStore
-    from slurm_gavel.workloads import generate_trace
+    from slurm_gavel.core.recompute import Immediate
+    from slurm_gavel.sim.simulator import SimulatedCluster
+    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.sim.workloads import generate_trace
 
     from test_engine import small_table
 

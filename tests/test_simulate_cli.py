@@ -2,7 +2,7 @@
 
 The runs use a tiny three-model table (the one of test_engine.py) on a six-GPU
 cluster, so each simulation takes a fraction of a second.  Gavel's own tables
-and physical-cluster traces are read from /work/shared/data/gavel when present.
+and physical-cluster traces are read from ../shared/data/gavel (beside the repository) when present.
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 from test_engine import SOLO, small_table
 
 from slurm_gavel.cli import main
-from slurm_gavel.workloads import ThroughputTable
+from slurm_gavel.estimator.table import ThroughputTable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-GAVEL = pathlib.Path("/work/shared/data/gavel")
+GAVEL = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel"
 PHYSICAL_TABLE = GAVEL / "physical_cluster_throughputs.json"
 SMALL_TRACE = GAVEL / "traces" / "physical_cluster" / "small_test.trace"
 
@@ -177,7 +177,7 @@ def test_simulate_a_trace_file_written_here(capsys, table_path, tmp_path):
 
 def test_simulate_gavel_physical_cluster_trace_in_a_subprocess():
     if not (PHYSICAL_TABLE.exists() and SMALL_TRACE.exists()):
-        pytest.skip("Gavel's physical-cluster data is not at /work/shared/data/gavel")
+        pytest.skip(f"Gavel's physical-cluster data is not at {GAVEL}")
     proc = run_subprocess("simulate", "--policy", "max_min_fairness", "--throughputs", PHYSICAL_TABLE,
                           "--trace", SMALL_TRACE, "--cluster", "v100=8,p100=16,k80=24", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -330,7 +330,7 @@ def test_sweep_processes_zero(capsys, table_path):
 # -- once bugs: errors from worker processes, negative seeds, unwritable outputs --
 def test_errors_survive_the_trip_from_a_worker_process():
     import pickle
-    from slurm_gavel.errors import InputError, UnknownPolicyError
+    from slurm_gavel.core.errors import InputError, UnknownPolicyError
     err = pickle.loads(pickle.dumps(InputError("--cluster", "no such type")))
     assert (err.field, err.problem, str(err)) == ("--cluster", "no such type", "--cluster: no such type")
     err = pickle.loads(pickle.dumps(UnknownPolicyError("nope", ["fifo"])))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.slurm_backend import discover_partitions
-from slurm_gavel.slurm_json import (expand_hostlist, gpu_request, number, parse_jobs, parse_nodes,
-                                    slurm_release, states)
+from slurm_gavel.slurm.backend import discover_partitions
+from slurm_gavel.slurm.records import (expand_hostlist, gpu_request, number, parse_jobs,
+                                       parse_nodes, slurm_release, states)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SQUEUE = {"22.05": "squeue-22.05.json", "24.11": "squeue-24.11.json"}

@@ -5,14 +5,14 @@ import sqlite3
 
 import pytest
 
-from slurm_gavel.clock import SimulatedClock
-from slurm_gavel.engine import Engine
+from slurm_gavel.core.clock import SimulatedClock
+from slurm_gavel.core.engine import Engine
 from slurm_gavel.policies import make_policy
-from slurm_gavel.recompute import Immediate
-from slurm_gavel.simulator import SimulatedCluster
-from slurm_gavel.sqlite_store import MIGRATIONS, SqliteStore, StoreError
-from slurm_gavel.throughputs import TableThroughputs
-from slurm_gavel.workloads import generate_trace
+from slurm_gavel.core.recompute import Immediate
+from slurm_gavel.sim.simulator import SimulatedCluster
+from slurm_gavel.slurm.store import MIGRATIONS, SqliteStore, StoreError
+from slurm_gavel.estimator.table import TableThroughputs
+from slurm_gavel.sim.workloads import generate_trace
 
 from test_engine import small_table
 

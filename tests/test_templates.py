@@ -14,11 +14,11 @@ from conftest import require_slurm
 from test_devcluster import job_info, wait_for, wait_job
 from torch_support import import_torch
 
-from slurm_gavel import templates
-from slurm_gavel.errors import InputError
-from slurm_gavel.progress import read_progress
-from slurm_gavel.slurmcli import SlurmCLI
-from slurm_gavel.submit import cmd_submit, register
+from slurm_gavel.slurm import jobscript as templates
+from slurm_gavel.core.errors import InputError
+from slurm_gavel.job.progress import read_progress
+from slurm_gavel.slurm.commands import SlurmCLI
+from slurm_gavel.slurm.submit import cmd_submit, register
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
@@ -37,7 +37,7 @@ def test_render_golden(name):
     for line in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --gres=gpu:1",
                  f'#SBATCH --comment "gavel model={name} steps=100"'):
         assert line in rendered.splitlines()
-    assert rendered.splitlines()[-1] == f"exec python3 -m slurm_gavel.templates {name} --steps 100 --gpus 1"
+    assert rendered.splitlines()[-1] == f"exec python3 -m slurm_gavel.job.templates {name} --steps 100 --gpus 1"
 
 
 def test_render_golden_with_flags():
@@ -151,7 +151,7 @@ def plain_env(**extra) -> dict:
 def test_template_trains_three_steps_on_the_cpu(name, gpus, tmp_path):
     import_torch()
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "slurm_gavel.templates", name, "--steps", "3",
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel.job.templates", name, "--steps", "3",
                            "--gpus", str(gpus), "--threads", "1", "--log-every", "1"],
                           cwd=tmp_path, env=plain_env(), capture_output=True, text=True, timeout=300,
                           check=False)

@@ -2,7 +2,7 @@
 
 Max-min fairness (heterogeneity-aware), Gavel's physical-cluster throughput
 table, 8 V100 + 16 P100 + 24 K80 GPUs, 360 s rounds.  The data are Gavel's
-and are read from /work/shared/data/gavel (not part of the project); the
+and are read from ../shared/data/gavel (not part of the project); the
 tests skip when it is missing.
 """
 from __future__ import annotations
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from slurm_gavel.policies import make_policy
-from slurm_gavel.simulator import simulate
-from slurm_gavel.workloads import ThroughputTable, read_trace
+from slurm_gavel.sim.simulator import simulate
+from slurm_gavel.estimator.table import ThroughputTable
+from slurm_gavel.sim.workloads import read_trace
 
-GAVEL_DATA = Path("/work/shared/data/gavel")
+GAVEL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel"
 THROUGHPUTS = GAVEL_DATA / "physical_cluster_throughputs.json"
 TRACE_DIR = GAVEL_DATA / "traces" / "physical_cluster"
 PHYSICAL_CLUSTER = {"v100": 8, "p100": 16, "k80": 24}

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slurm_gavel.errors import InputError
-from slurm_gavel.workloads import (TraceJob, ThroughputTable, generate_trace, policy_input,
-                                   read_trace, write_trace)
+from slurm_gavel.core.errors import InputError
+from slurm_gavel.sim.workloads import (TraceJob, generate_trace, policy_input, read_trace,
+                                       write_trace)
+from slurm_gavel.estimator.table import ThroughputTable
 
 GAVEL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel"
 SIM_JSON = GAVEL_DATA / "simulation_throughputs.json"

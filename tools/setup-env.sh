@@ -32,7 +32,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-# The job side (slurm_gavel.iterator, the job templates) and its tests train real PyTorch
+# The job side (slurm_gavel.job.iterator, the job templates) and its tests train real PyTorch
 # models. Pin the CPU build that the package index here carries: an unpinned torch would
 # pull a multi-GB CUDA build. setup.cfg's `torch` extra (torch>=2.0,<3) accepts it.
 TORCH_VERSION="${GAVEL_TORCH_VERSION:-2.13.0}"

@@ -15,7 +15,7 @@ fingerprint, exploration, ...) and its confidence.
 daemon reads them when it starts, and keeps smoothing them with what it
 measures); `export` writes the per-model measurements out.  Two layouts:
 Gavel's JSON (solo, pair and ``_unconsolidated`` entries; see
-slurm_gavel.workloads.ThroughputTable) and a plain CSV with the header
+slurm_gavel.sim.workloads.ThroughputTable) and a plain CSV with the header
 ``model,worker_type,scale_factor,steps_per_second`` (solo throughputs of
 jobs on one server only).
 
@@ -34,8 +34,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .errors import GavelError, InputError
-from .workloads import UNCONSOLIDATED_SUFFIX, ThroughputTable, atomic_write
+from ..core.errors import GavelError, InputError
+from .table import UNCONSOLIDATED_SUFFIX, ThroughputTable
+from ..core.files import atomic_write
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
 FORMATS = ("json", "csv")
@@ -107,7 +108,7 @@ def _one_line(message) -> str:
 
 
 def _database(args) -> str:
-    from .queue import database_path
+    from ..slurm.queue import database_path
     return database_path(args)
 
 
@@ -259,7 +260,7 @@ def csv_text(rows: Sequence[dict]) -> str:
 
 # -- the actions --------------------------------------------------------------------------
 def _import(args) -> int:
-    from .sqlite_store import SqliteStore
+    from ..slurm.store import SqliteStore
 
     if args.samples < 1:
         raise InputError("--samples", f"must be >= 1, got {args.samples}")
@@ -285,7 +286,7 @@ def _import(args) -> int:
 
 
 def _measured_rows(args) -> list[dict]:
-    from .sqlite_store import SqliteStore
+    from ..slurm.store import SqliteStore
 
     store = SqliteStore(_database(args), readonly=True)
     try:
@@ -367,7 +368,7 @@ def show_text(data: dict) -> str:
 
 
 def _show(args) -> int:
-    from .sqlite_store import SqliteStore
+    from ..slurm.store import SqliteStore
 
     store = SqliteStore(_database(args), readonly=True)
     try:

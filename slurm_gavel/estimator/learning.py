@@ -54,8 +54,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .throughputs import JobThroughputs
-from .workloads import ThroughputTable
+from ..core.throughputs import JobThroughputs
+from .table import ThroughputTable
 
 log = logging.getLogger("slurm_gavel.estimator")
 

@@ -5,7 +5,7 @@ The in-job half of Gavel's scheduler/application contract (seed sections 2.3,
 stopped at any step, moved to another GPU type and resumed without losing or
 repeating a step. The change to a training script (under five lines)::
 
-    +from slurm_gavel.iterator import GavelIterator
+    +from slurm_gavel.job.iterator import GavelIterator
     +def save(path): torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
     +def load(path): ck = torch.load(path); model.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"])
     -for batch in loader:                # (and its `for epoch in ...` loop)
@@ -39,7 +39,7 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
   (``len(data_loader)`` steps; with a loader that has no length, until it is
   exhausted).
 - Progress: JSON lines appended to ``$GAVEL_PROGRESS_DIR/<jobid>.jsonl``, else
-  ``$SLURM_SUBMIT_DIR/.gavel/<jobid>.jsonl`` (see `slurm_gavel.progress`).
+  ``$SLURM_SUBMIT_DIR/.gavel/<jobid>.jsonl`` (see `slurm_gavel.job.progress`).
 - Default ``checkpoint_dir``: ``$GAVEL_CHECKPOINT_DIR/<jobid>`` when set, else
   ``$SLURM_SUBMIT_DIR/.gavel/<jobid>.ckpt``. It must be on a filesystem that
   every node the job may run on sees (the job moves between GPU types).

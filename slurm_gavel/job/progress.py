@@ -1,6 +1,6 @@
 """Progress records of gavel jobs: where they are, how to write one, how to read them.
 
-A job that trains through `slurm_gavel.iterator.GavelIterator` appends one JSON
+A job that trains through `slurm_gavel.job.iterator.GavelIterator` appends one JSON
 object per line to one file per job::
 
     {"job": "42", "time": 1718000000.5, "event": "progress", "step": 1200,

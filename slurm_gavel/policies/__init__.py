@@ -3,13 +3,16 @@
 Policies are classes; this table is the only place that maps a name to one.
 `make_policy(name, agnostic=..., space_sharing=...)` returns an object with
 `allocate(PolicyInput) -> Allocation`.
+
+May import: `core` (the model and errors), numpy, cvxpy and HiGHS. Never
+`estimator`, `slurm`, `sim` or `job`: a policy sees only T and job metadata.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError, UnknownPolicyError
-from ..model import Allocation, PolicyInput
+from ..core.errors import InputError, UnknownPolicyError
+from ..core.model import Allocation, PolicyInput
 from .base import Agnostic, Policy
 from .baselines import AlloX, Gandiva, Isolated
 from .cost import MinCost, MinCostSLO

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 from typing import Protocol, runtime_checkable
 
-from ..model import Allocation, PolicyInput
+from ..core.model import Allocation, PolicyInput
 from .program import repair
 
 

@@ -16,8 +16,8 @@ import time
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from ..errors import InputError
-from ..model import Allocation, PolicyInput
+from ..core.errors import InputError
+from ..core.model import Allocation, PolicyInput
 from .space_sharing import pair_gains
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from ..errors import InputError
-from ..model import Allocation, PolicyInput
+from ..core.errors import InputError
+from ..core.model import Allocation, PolicyInput
 from .lp import LinearPolicy
 from .program import AllocationProgram
 from .solver import Compiled, solve

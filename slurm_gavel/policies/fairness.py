@@ -4,7 +4,7 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from ..model import PolicyInput
+from ..core.model import PolicyInput
 from .lp import LinearPolicy, MaxMinPolicy
 from .program import AllocationProgram
 from .solver import CONIC_SOLVERS

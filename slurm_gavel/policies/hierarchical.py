@@ -103,8 +103,8 @@ from dataclasses import dataclass
 import cvxpy as cp
 import numpy as np
 
-from ..errors import SolverError
-from ..model import Allocation, PolicyInput
+from ..core.errors import SolverError
+from ..core.model import Allocation, PolicyInput
 from .program import AllocationProgram, repair, structure_key
 from .solver import CLARABEL, ProgramCache, solve
 

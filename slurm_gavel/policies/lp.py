@@ -16,7 +16,7 @@ from dataclasses import replace
 import cvxpy as cp
 import numpy as np
 
-from ..model import Allocation, PolicyInput
+from ..core.model import Allocation, PolicyInput
 from . import direct
 from .program import AllocationProgram, Numbers, Structure, clean, repair
 from .solver import LP_SOLVERS, Compiled, ProgramCache, solve

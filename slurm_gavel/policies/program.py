@@ -21,7 +21,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from ..model import Allocation, PolicyInput
+from ..core.model import Allocation, PolicyInput
 
 
 @dataclass(frozen=True)

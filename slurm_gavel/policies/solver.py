@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import cvxpy as cp
 import numpy as np
 
-from ..errors import SolverError
+from ..core.errors import SolverError
 from .program import AllocationProgram
 
 # Options per solver.  HiGHS' interior point (with crossover, so X is a vertex)

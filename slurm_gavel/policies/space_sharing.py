@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..model import Allocation, PolicyInput
+from ..core.model import Allocation, PolicyInput
 
 DEFAULT_PARTNERS_PER_JOB = 8
 

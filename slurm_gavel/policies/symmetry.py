@@ -23,7 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..model import PolicyInput
+from ..core.model import PolicyInput
 
 
 @dataclass(frozen=True)

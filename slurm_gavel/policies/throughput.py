@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import PolicyInput
+from ..core.model import PolicyInput
 from .lp import MaxMinPolicy, MaxSumPolicy
 
 

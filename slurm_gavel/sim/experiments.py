@@ -18,9 +18,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .errors import InputError
+from ..core.errors import InputError
 from .simulator import JobResult, Simulation, simulate, summarize
-from .workloads import ThroughputTable, TraceJob, atomic_write, iter_trace, read_trace
+from ..estimator.table import ThroughputTable
+from .workloads import TraceJob, iter_trace, read_trace
+from ..core.files import atomic_write
 
 DEFAULT_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
 
@@ -76,7 +78,7 @@ def _unsorted(jobs: Sequence[TraceJob]) -> bool:
 
 
 def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, ThroughputTable]:
-    from .policies import make_policy
+    from ..policies import make_policy
 
     table = ThroughputTable.from_gavel_json(config.throughputs)
     policy = make_policy(config.policy, agnostic=config.agnostic, space_sharing=config.space_sharing)
@@ -94,7 +96,7 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
 def check_config(config: RunConfig) -> None:
     """Raise InputError for what would fail in every run of a sweep (table, cluster, trace)."""
     from .simulator import SimulatedCluster
-    from .clock import SimulatedClock
+    from ..core.clock import SimulatedClock
 
     table = ThroughputTable.from_gavel_json(config.throughputs)
     SimulatedCluster([], table, dict(config.cluster), SimulatedClock(), config.gpus_per_node)

@@ -23,15 +23,16 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .backend import Departure, JobState, Measurement, Observation, Usage
-from .clock import SimulatedClock
-from .engine import DEFAULT_RESET_SECONDS, DEFAULT_ROUND_SECONDS, Engine
-from .errors import InputError
-from .mechanism import Assignment, RoundPlan, Server
-from .recompute import Delayed, Immediate
-from .store import MemoryStore
-from .throughputs import TableThroughputs
-from .workloads import ThroughputTable, TraceJob
+from ..core.backend import Departure, JobState, Measurement, Observation, Usage
+from ..core.clock import SimulatedClock
+from ..core.engine import DEFAULT_RESET_SECONDS, DEFAULT_ROUND_SECONDS, Engine
+from ..core.errors import InputError
+from ..core.mechanism import Assignment, RoundPlan, Server
+from ..core.recompute import Delayed, Immediate
+from ..core.store import MemoryStore
+from ..estimator.table import TableThroughputs
+from ..estimator.table import ThroughputTable
+from .workloads import TraceJob
 
 DEFAULT_GPUS_PER_NODE = 4
 

@@ -1,211 +1,25 @@
-"""Workloads: measured throughput tables, job traces, synthetic trace generation.
+"""Workloads: job traces and synthetic trace generation.
 
-This module owns the job-side data that feeds the policies: `ThroughputTable`
-(solo and space-sharing throughputs per model, scale factor and worker type,
-read from and written to Gavel's JSON layout), `TraceJob` with `read_trace` /
+This module owns the simulated jobs that feed the policies: `TraceJob` with `read_trace` /
 `write_trace` for Gavel's 10-field tab-separated trace format, the synthetic
 trace generator of seed section 2.2 (`generate_trace`), and `policy_input`,
-which turns a trace at a moment in time into a `PolicyInput`.  Plain
+which turns a trace at a moment in time into a `PolicyInput` (throughputs
+from a `ThroughputTable`, slurm_gavel.estimator.table).  Plain
 dataclasses and numpy only; nothing here knows about Slurm.
 """
 from __future__ import annotations
 
-import ast
-import json
 import math
-import os
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .errors import InputError
-from .inputs import _number as checked_number
-from .model import PolicyInput
-
-UNCONSOLIDATED_SUFFIX = "_unconsolidated"
-
-JobKey = tuple  # (model name, scale factor)
-
-
-# ---------------------------------------------------------------------------
-# Throughput table
-# ---------------------------------------------------------------------------
-@dataclass
-class ThroughputTable:
-    """Measured throughputs (steps/s) per (model, scale factor) and worker type.
-
-    `solo_by_type[wt][(model, sf)]` is the throughput running alone;
-    `pairs_by_type[wt][(model, sf)][(model2, sf2)]` is ``(t_model, t_model2)``
-    while the two share GPUs (``(0, 0)``: they cannot).  The ``unconsolidated_*``
-    maps hold the same for jobs spread over several servers, keyed by the
-    base worker type.
-    """
-
-    worker_types: tuple[str, ...]
-    solo_by_type: dict = field(default_factory=dict)
-    pairs_by_type: dict = field(default_factory=dict)
-    unconsolidated_solo_by_type: dict = field(default_factory=dict)
-    unconsolidated_pairs_by_type: dict = field(default_factory=dict)
-    # top-level key order of the source file, for a faithful round trip
-    _key_order: tuple[str, ...] = field(default=(), repr=False, compare=False)
-
-    # -- reading ------------------------------------------------------------
-    @classmethod
-    def from_gavel_json(cls, path) -> "ThroughputTable":
-        path = Path(path)
-        where = f"{path}"
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise InputError(where, "file not found") from None
-        except OSError as e:
-            raise InputError(where, f"cannot read: {e.strerror or e}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(where, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-        return cls.from_gavel_dict(data, source=where)
-
-    @classmethod
-    def from_gavel_dict(cls, data, source: str = "throughputs") -> "ThroughputTable":
-        if not isinstance(data, dict) or not data:
-            raise InputError(source, "expected a non-empty JSON object {worker_type: {job_key: {...}}}")
-        base_types: list[str] = []
-        solo, pairs, usolo, upairs = {}, {}, {}, {}
-        for wt, jobs in data.items():
-            where = f"{source}: {wt}"
-            unconsolidated = wt.endswith(UNCONSOLIDATED_SUFFIX)
-            base = wt[: -len(UNCONSOLIDATED_SUFFIX)] if unconsolidated else wt
-            if not base:
-                raise InputError(where, "worker type name is empty")
-            if not isinstance(jobs, dict):
-                raise InputError(where, f"expected an object of job keys, got {type(jobs).__name__}")
-            s_map, p_map = {}, {}
-            for job_key, others in jobs.items():
-                jk = _parse_job_key(job_key, f"{source}: {wt}: {job_key}")
-                kwhere = f"{source}: {wt}: {job_key}"
-                if not isinstance(others, dict):
-                    raise InputError(kwhere, f"expected an object, got {type(others).__name__}")
-                row = {}
-                for other, value in others.items():
-                    owhere = f"{kwhere}: {other}"
-                    if other == "null":
-                        s_map[jk] = _number(value, owhere)
-                    else:
-                        ok = _parse_job_key(other, owhere)
-                        if not isinstance(value, list) or len(value) != 2:
-                            raise InputError(owhere, "expected a pair [throughput_a, throughput_b]")
-                        row[ok] = (_number(value[0], owhere), _number(value[1], owhere))
-                p_map[jk] = row
-            if unconsolidated:
-                usolo[base], upairs[base] = s_map, p_map
-            else:
-                base_types.append(base)
-                solo[base], pairs[base] = s_map, p_map
-        for base in usolo:
-            if base not in solo:
-                raise InputError(f"{source}: {base}{UNCONSOLIDATED_SUFFIX}",
-                                 f"no consolidated table for worker type {base!r}")
-        return cls(tuple(base_types), solo, pairs, usolo, upairs, _key_order=tuple(data))
-
-    # -- queries ------------------------------------------------------------
-    def models(self, scale_factor: int = 1) -> list[str]:
-        """Models with a solo throughput at `scale_factor` on some type, in table order."""
-        seen: dict[str, None] = {}
-        for wt in self.worker_types:
-            for model, sf in self.solo_by_type.get(wt, {}):
-                if sf == scale_factor:
-                    seen.setdefault(model)
-        return list(seen)
-
-    def scale_factors(self, model: str) -> list[int]:
-        out = {sf for wt in self.worker_types for m, sf in self.solo_by_type.get(wt, {}) if m == model}
-        return sorted(out)
-
-    def solo(self, model: str, scale_factor: int = 1) -> dict[str, float]:
-        key = (model, scale_factor)
-        return {wt: self.solo_by_type[wt][key] for wt in self.worker_types
-                if key in self.solo_by_type.get(wt, {})}
-
-    def unconsolidated(self, model: str, scale_factor: int = 1) -> dict[str, float]:
-        key = (model, scale_factor)
-        return {wt: m[key] for wt, m in self.unconsolidated_solo_by_type.items() if key in m}
-
-    def pair(self, model_a: str, model_b: str, scale_factor: int = 1) -> dict[str, tuple[float, float]]:
-        a, b = (model_a, scale_factor), (model_b, scale_factor)
-        out = {}
-        for wt in self.worker_types:
-            row = self.pairs_by_type.get(wt, {}).get(a, {})
-            if b in row:
-                out[wt] = row[b]
-            else:   # fall back to the mirrored entry
-                mirrored = self.pairs_by_type.get(wt, {}).get(b, {}).get(a)
-                if mirrored is not None:
-                    out[wt] = (mirrored[1], mirrored[0])
-        return out
-
-    # -- writing ------------------------------------------------------------
-    def to_gavel_dict(self) -> dict:
-        def table(s_map, p_map):
-            out = {}
-            for jk in dict.fromkeys(list(p_map) + list(s_map)):
-                row = {}
-                if jk in s_map:
-                    row["null"] = s_map[jk]
-                for ok, (ta, tb) in p_map.get(jk, {}).items():
-                    row[str(tuple(ok))] = [ta, tb]
-                out[str(tuple(jk))] = row
-            return out
-
-        tables = {}
-        for wt in self.worker_types:
-            tables[wt] = table(self.solo_by_type.get(wt, {}), self.pairs_by_type.get(wt, {}))
-        for wt in self.unconsolidated_solo_by_type:
-            tables[wt + UNCONSOLIDATED_SUFFIX] = table(self.unconsolidated_solo_by_type[wt],
-                                                       self.unconsolidated_pairs_by_type.get(wt, {}))
-        order = [k for k in self._key_order if k in tables] + [k for k in tables if k not in self._key_order]
-        return {k: tables[k] for k in order}
-
-    def to_gavel_json(self, path) -> None:
-        atomic_write(Path(path), json.dumps(self.to_gavel_dict(), indent=4) + "\n")
-
-
-def _parse_job_key(text, where) -> JobKey:
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise InputError(where, "job key is not a Python tuple literal like \"('ResNet-50 (batch size 64)', 4)\"") from None
-    if (not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[0], str)
-            or not isinstance(value[1], int) or isinstance(value[1], bool) or value[1] < 1):
-        raise InputError(where, "job key must be a (model name, scale factor >= 1) tuple")
-    return (value[0], value[1])
-
-
-def _number(value, where) -> float:
-    return checked_number(value, where, ">= 0")
-
-
-def atomic_write(path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+from ..core.errors import InputError
+from ..core.files import atomic_write
+from ..core.model import PolicyInput
+from ..estimator.table import ThroughputTable
 
 
 # ---------------------------------------------------------------------------

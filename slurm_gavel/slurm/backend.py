@@ -31,13 +31,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .backend import Departure, JobState, Measurement, Observation, Usage
-from .errors import GavelError, InputError
+from ..core.backend import Departure, JobState, Measurement, Observation, Usage
+from ..core.errors import GavelError, InputError
 from .flags import from_admin_comment
-from .mechanism import Assignment, RoundPlan, Server
-from .progress import candidate_paths, read_progress, summary
-from .slurm_json import SlurmJob, SlurmNode, parse_jobs, parse_nodes
-from .slurmcli import Backoff, SlurmCLI, SlurmCommandError
+from ..core.mechanism import Assignment, RoundPlan, Server
+from ..job.progress import candidate_paths, read_progress, summary
+from .records import SlurmJob, SlurmNode, parse_jobs, parse_nodes
+from .commands import Backoff, SlurmCLI, SlurmCommandError
 
 log = logging.getLogger("slurm_gavel.slurm")
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .errors import GavelError, InputError
+from ..core.errors import GavelError, InputError
 
 log = logging.getLogger("slurm_gavel.slurm")
 

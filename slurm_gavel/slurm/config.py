@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import InputError
-from .slurmcli import SIGNALS
+from ..core.errors import InputError
+from .commands import SIGNALS
 
 try:                      # Python 3.11+
     import tomllib
@@ -53,7 +53,7 @@ class Config:
         def bad(key, problem):
             raise InputError(f"{where}: {key}", problem)
 
-        from .policies import UnknownPolicyError, make_policy
+        from ..policies import UnknownPolicyError, make_policy
         try:
             make_policy(self.policy, agnostic=self.agnostic, space_sharing=self.space_sharing)
         except UnknownPolicyError as e:

@@ -19,16 +19,16 @@ import threading
 from typing import Callable, Sequence
 
 from . import config as config_mod
-from .clock import WallClock
-from .engine import Engine
-from .errors import GavelError
-from .estimator import EstimatingThroughputs
-from .policies import make_policy
-from .recompute import Background
-from .slurm_backend import SlurmBackend
-from .slurmcli import SlurmCLI
-from .sqlite_store import SqliteStore
-from .workloads import ThroughputTable
+from ..core.clock import WallClock
+from ..core.engine import Engine
+from ..core.errors import GavelError
+from ..estimator.learning import EstimatingThroughputs
+from ..policies import make_policy
+from ..core.recompute import Background
+from .backend import SlurmBackend
+from .commands import SlurmCLI
+from .store import SqliteStore
+from ..estimator.table import ThroughputTable
 
 log = logging.getLogger("slurm_gavel.daemon")
 

@@ -68,7 +68,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .errors import InputError
+from ..core.errors import InputError
 
 KEYS = ("model", "weight", "entity", "slo", "steps", "speeds")
 EXAMPLES = {"model": "model=resnet50", "weight": "weight=2", "entity": "entity=physics",

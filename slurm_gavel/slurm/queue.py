@@ -13,8 +13,8 @@ import math
 import sys
 from typing import Sequence
 
-from .errors import GavelError, InputError
-from .sqlite_store import SqliteStore
+from ..core.errors import GavelError, InputError
+from .store import SqliteStore
 
 COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",

@@ -1,5 +1,5 @@
 """The daemon's state in SQLite: jobs, time per GPU type, rounds, allocations, placements, events,
-and (schema v3) measured and estimated throughputs (slurm_gavel.estimator).
+and (schema v3) measured and estimated throughputs (slurm_gavel.estimator.learning).
 
 Written by the engine (through the `Store` methods) and by the daemon
 (`status`: why each job waits), read by `slurm-gavel queue` while the daemon
@@ -18,10 +18,10 @@ from typing import Callable, Iterable, Mapping
 
 import sqlite_utils
 
-from .backend import Departure, JobState, Observation, Usage
-from .errors import GavelError
-from .mechanism import RoundPlan
-from .model import Allocation
+from ..core.backend import Departure, JobState, Observation, Usage
+from ..core.errors import GavelError
+from ..core.mechanism import RoundPlan
+from ..core.model import Allocation
 
 
 class StoreError(GavelError):
@@ -281,7 +281,7 @@ class SqliteStore:
                 out[r["job"]] = r
         return out
 
-    # -- throughputs (schema v3; slurm_gavel.estimator) --------------------------------
+    # -- throughputs (schema v3; slurm_gavel.estimator.learning) --------------------------------
     def load_throughputs(self) -> tuple[list[dict], list[dict]]:
         """(model-level rows, job-level rows) of measured throughputs."""
         return ([dict(r) for r in self.db.query("select * from measured_throughputs")],

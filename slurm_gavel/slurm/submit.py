@@ -4,7 +4,7 @@
         --speeds v100:4.2,p100:2.1 -- --partition v100
 
 Everything after ``--`` goes to sbatch unchanged. The script is rendered by
-`slurm_gavel.templates.render` (a pure function) and passed to ``sbatch
+`slurm_gavel.slurm.jobscript.render` (a pure function) and passed to ``sbatch
 --parsable`` on standard input, with an argument list (no shell); the job runs
 in the current directory, which also holds its checkpoints and progress
 (``.gavel/``). ``--dry-run`` prints the script instead.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import templates
-from .slurmcli import SlurmCLI
+from . import jobscript as templates
+from .commands import SlurmCLI
 
 
 class _SubmitParser(argparse.ArgumentParser):

@@ -1,4 +1,4 @@
-"""``python -m slurm_gavel.templates NAME --steps N``: run a template job (see train.py)."""
+"""``python -m slurm_gavel.job.templates NAME --steps N``: run a template job (see train.py)."""
 import sys
 
 from .train import main

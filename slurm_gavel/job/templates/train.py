@@ -1,4 +1,4 @@
-"""Run one template job: ``python -m slurm_gavel.templates NAME --steps N [--gpus G]``.
+"""Run one template job: ``python -m slurm_gavel.job.templates NAME --steps N [--gpus G]``.
 
 The job scripts in ``job_templates/`` end with ``exec`` of this command, so the
 Python process is the batch process that ``scancel --batch --signal=USR2``
@@ -27,13 +27,13 @@ NAMES = ("resnet18", "resnet50", "transformer", "lstm", "recommendation", "cycle
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m slurm_gavel.templates",
+    p = argparse.ArgumentParser(prog="python -m slurm_gavel.job.templates",
                                 description="Train a gavel template job (preemptible).")
     p.add_argument("name", choices=NAMES)
     p.add_argument("--steps", type=int, required=True, help="total training steps of the job")
     p.add_argument("--gpus", type=int, default=1, help="processes (one per GPU; default 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-dir", help="default: the iterator's (see slurm_gavel.iterator)")
+    p.add_argument("--checkpoint-dir", help="default: the iterator's (see slurm_gavel.job.iterator)")
     p.add_argument("--threads", type=int,
                    help="CPU threads per process (default: SLURM_CPUS_PER_TASK, else torch's)")
     p.add_argument("--log-every", type=int, default=10, metavar="N", help="print the loss every N steps")
@@ -50,7 +50,7 @@ def _free_port() -> int:
 
 
 def main(argv=None) -> int:
-    from slurm_gavel.iterator import catch_signal_early
+    from slurm_gavel.job.iterator import catch_signal_early
 
     catch_signal_early("USR2")         # before the slow part: importing torch, building
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -67,7 +67,7 @@ def _launch(args, argv) -> int:
     children = []
     for rank in range(1, args.gpus):
         children.append(subprocess.Popen(
-            [sys.executable, "-m", "slurm_gavel.templates", *argv],
+            [sys.executable, "-m", "slurm_gavel.job.templates", *argv],
             env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))))
     os.environ.update(env, RANK="0", LOCAL_RANK="0")
     code = 1
@@ -124,8 +124,8 @@ def train(args) -> int:
     import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from slurm_gavel.iterator import GavelIterator
-    from slurm_gavel.templates.models import build
+    from slurm_gavel.job.iterator import GavelIterator
+    from slurm_gavel.job.templates.models import build
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

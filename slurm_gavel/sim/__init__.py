@@ -1,0 +1,8 @@
+"""The simulator: a simulated cluster backend driving the same engine.
+
+Owns `simulator` (SimulatedCluster, simulate, summarize), `workloads`
+(traces, Gavel's trace format, the synthetic generator) and `experiments`
+(run configurations, sweeps, CSV and plots).
+
+May import: `core`, `policies`, `estimator`. Never `slurm` or `job`.
+"""

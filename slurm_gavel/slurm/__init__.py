@@ -1,0 +1,11 @@
+"""The Slurm driver: everything that talks to a real Slurm cluster.
+
+Owns `commands` (every Slurm command, argument lists only), `records`
+(version-tolerant ``--json`` parsing), `flags` (the ``--comment "gavel ..."``
+grammar), `config` (gavel.toml), `backend` (SlurmBackend), `store` (the SQLite
+store), `daemon`, `queue` (gqueue), `jobscript` and `submit` (``slurm-gavel
+submit``), and `devcluster` (``slurm-gavel cluster up|down``).
+
+May import: `core`, `policies`, `estimator`, and `job.progress` (the record
+format the jobs write). Never `sim`.
+"""

@@ -1,0 +1,143 @@
+"""Job templates: sbatch scripts of real PyTorch training that slurm-gavel can preempt.
+
+The scripts are the ``*.sbatch`` files in the repository's ``job_templates/``
+directory (found next to this package in a source checkout or an editable
+install; ``GAVEL_TEMPLATES_DIR`` points elsewhere). Their training code is this
+package: ``python -m slurm_gavel.job.templates NAME --steps N --gpus G`` (train.py,
+models.py; those need torch, this module does not).
+
+A template is an sbatch script with placeholders, replaced by `render_text`:
+
+    {steps}   total training steps (also in the gavel comment)
+    {gpus}    GPUs (``--gres=gpu:{gpus}``) and training processes
+    {flags}   further gavel flags: "" or " weight=2 slo=36h speeds=v100:4.2,p100:2.1"
+    {python}  the interpreter that runs the training (shell-quoted)
+
+Other braces are left alone (the scripts may use ``${VAR}``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+from ..core.errors import InputError
+
+NAMES = ("resnet18", "resnet50", "transformer", "lstm", "recommendation", "cyclegan", "a3c")
+TEMPLATES_DIR_ENV = "GAVEL_TEMPLATES_DIR"
+SUFFIX = ".sbatch"
+DEFAULT_STEPS = 100
+MAX_GPUS = 1024
+
+# The throughput-table job type each template stands for (Gavel's Table 2 names;
+# the templates' own batch sizes are smaller).
+TABLE_JOB_TYPES = {
+    "resnet18": "ResNet-18 (batch size 32)",
+    "resnet50": "ResNet-50 (batch size 32)",
+    "transformer": "Transformer (batch size 32)",
+    "lstm": "LM (batch size 20)",
+    "recommendation": "Recommendation (batch size 512)",
+    "cyclegan": "CycleGAN",
+    "a3c": "A3C",
+}
+
+_PLACEHOLDER = re.compile(r"\{(steps|gpus|flags|python)\}")
+_COMMENT = re.compile(r'^#SBATCH\s+--comment[= ]"([^"]*)"\s*$', re.MULTILINE)
+
+
+def templates_dir() -> Path:
+    """Where the ``*.sbatch`` templates are."""
+    env = os.environ.get(TEMPLATES_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "job_templates"
+
+
+def available(directory: Path | None = None) -> list[str]:
+    d = Path(directory) if directory else templates_dir()
+    try:
+        return sorted(p.name[:-len(SUFFIX)] for p in d.iterdir() if p.name.endswith(SUFFIX))
+    except FileNotFoundError:
+        return []
+
+
+def template_path(name: str, directory: Path | None = None) -> Path:
+    """The file of template `name` (a name from `available()`, or a path to a file)."""
+    if os.sep in name or name.endswith(SUFFIX):
+        path = Path(name)
+    else:
+        d = Path(directory) if directory else templates_dir()
+        path = d / f"{name}{SUFFIX}"
+    if not path.is_file():
+        known = available(directory)
+        raise InputError("template", f"no template {name!r} (known: {', '.join(known) or 'none'}"
+                                     f"; looked in {path.parent})")
+    return path
+
+
+def _format_weight(weight) -> str:
+    if isinstance(weight, str):
+        return weight.strip()
+    text = f"{float(weight):.6f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def _format_speeds(speeds) -> str:
+    """The speeds= value: a string as the user wrote it, or a mapping / pairs."""
+    if isinstance(speeds, str):
+        text = speeds.strip()
+        if text == "" or any(c.isspace() or c == '"' for c in text):
+            raise InputError("flags", f"speeds: not a TYPE:NUMBER,... list: {speeds!r}")
+        return text
+    pairs = speeds.items() if hasattr(speeds, "items") else speeds
+    return ",".join(f"{t}:{_format_weight(v)}" for t, v in pairs)
+
+
+def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=None,
+                slo: str | None = None, python: str = "python3", speeds=None) -> str:
+    """Fill in a template's placeholders; pure. Raises InputError on bad values.
+
+    `speeds` is the throughput hint (``"v100:4.2,p100:2.1"``, or a mapping such as
+    ``{"v100": 4.2}``). The rendered ``#SBATCH --comment "gavel ..."`` line is
+    checked with the flag parser the scheduler uses, so a bad weight, SLO or speeds
+    is caught here, not at sbatch.
+    """
+    from .flags import FlagError, parse_comment
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError("steps", f"must be a whole number >= 1, got {steps!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise InputError("gpus", f"must be a whole number in 1-{MAX_GPUS}, got {gpus!r}")
+    flags = ""
+    if weight is not None:
+        flags += f" weight={_format_weight(weight)}"
+    if slo is not None:
+        flags += f" slo={str(slo).strip()}"
+    if speeds is not None:
+        flags += f" speeds={_format_speeds(speeds)}"
+    if not python or "\n" in python:
+        raise InputError("python", f"not an interpreter path: {python!r}")
+    values = {"steps": str(steps), "gpus": str(gpus), "flags": flags,
+              "python": shlex.quote(python)}
+    out = _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+    comments = _COMMENT.findall(out)
+    if len(comments) != 1:
+        raise InputError("template", 'needs exactly one line `#SBATCH --comment "gavel ..."`')
+    try:
+        parsed = parse_comment(comments[0])
+    except FlagError as e:
+        raise InputError("flags", str(e)) from None
+    if parsed.steps != steps:
+        raise InputError("template", f"its comment says steps={parsed.steps}, not {steps}")
+    return out
+
+
+def render(template_name: str, steps: int = DEFAULT_STEPS, gpus: int = 1, **options) -> str:
+    """The sbatch script of template `template_name` (see `render_text` for options)."""
+    unknown = set(options) - {"weight", "slo", "speeds", "python", "directory"}
+    if unknown:
+        raise InputError("options", f"unknown: {', '.join(sorted(unknown))}")
+    directory = options.pop("directory", None)
+    text = template_path(template_name, directory).read_text()
+    return render_text(text, steps=steps, gpus=gpus, **options)
