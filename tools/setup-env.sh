@@ -27,6 +27,16 @@ if { ! _gavel_have slurmctld || ! _gavel_have munged; } && command -v apt-get >/
         && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } \
         || echo "setup-env: warning: could not install slurm-wlm and munge; the Slurm tests will be skipped" >&2
 fi
+# The job_submit.lua tests run the plugin's code in a standalone Lua 5.1 (the version Slurm's
+# job_submit/lua embeds on Debian) as well as inside slurmctld.
+if ! command -v lua5.1 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "setup-env: installing lua5.1 with apt-get (for the job_submit.lua tests)" >&2
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    { $SUDO apt-get update -qq \
+        && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.1 >/dev/null; } \
+        || echo "setup-env: warning: could not install lua5.1; the Lua tests will be skipped" >&2
+fi
 unset -f _gavel_have
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
