@@ -390,6 +390,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if not starts_gavel(comment) then
         return slurm.SUCCESS
     end
+    -- srun and salloc jobs have no batch script: the daemon can neither signal
+    -- them to checkpoint (scancel --batch) nor requeue them.
+    if job_desc.script == nil or job_desc.script == "" then
+        slurm.log_user("%s", "gavel flags: interactive jobs (srun, salloc) cannot be "
+                       .. "preempted and resumed: submit a gavel job with sbatch")
+        return slurm.ERROR
+    end
     local account = job_desc.account
     if account == nil then
         account = job_desc.default_account

@@ -612,6 +612,18 @@ def test_lua_rejects_gavel_job_without_gpu(lua, setup):
     assert out == {"rc": "SUCCESS", "messages": [], "writes": {}}
 
 
+INTERACTIVE = ("gavel flags: interactive jobs (srun, salloc) cannot be preempted and resumed: "
+               "submit a gavel job with sbatch")
+
+
+@pytest.mark.parametrize("setup", [["unset:script"], ["set:script="]])
+def test_lua_rejects_interactive_gavel_job(lua, setup):
+    (out,) = run_driver(lua, ["set:tres_per_node=gres:gpu:1", *setup, "submit:gavel model=x"])
+    assert out == {"rc": "ERROR", "messages": [INTERACTIVE], "writes": {}}
+    (out,) = run_driver(lua, ["set:tres_per_node=gres:gpu:1", *setup, "submit:plain job"])
+    assert out == {"rc": "SUCCESS", "messages": [], "writes": {}}
+
+
 def test_lua_entity_falls_back_to_default_account(lua):
     outs = run_driver(lua, ["set:tres_per_node=gres:gpu:1", "unset:account",
                             "set:default_account=dflt", "submit:gavel",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import move_job
-from test_flags import CASES, NO_GPU
+from test_flags import CASES, INTERACTIVE, NO_GPU
 
 USER = "gavel-jstest"          # created for these tests when missing, removed afterwards
 CANONICAL = "gavel:v1 model=resnet50 weight=2 slo=129600 steps=100000"
@@ -200,6 +200,19 @@ def test_gavel_job_without_gpu_is_rejected(jobs):
     assert r.returncode != 0 and f"sbatch: error: {NO_GPU}\n" in r.stderr
     r = jobs.sbatch("--comment=gavel", "--gres=gpu:0", check=False)
     assert r.returncode != 0 and NO_GPU in r.stderr
+
+
+@pytest.mark.parametrize("command", ["srun", "salloc"])
+def test_interactive_gavel_job_is_rejected(jobs, command):
+    # srun/salloc jobs have no batch script: the daemon could neither signal a
+    # checkpoint (scancel --batch) nor requeue them, so they must not be accepted.
+    args = [command, "--comment=gavel model=resnet50", "--gres=gpu:1", "-t", "1"]
+    r = jobs.run([*args, "true"], check=False)
+    assert r.returncode != 0, r.stdout
+    assert INTERACTIVE in r.stderr
+    # the same request without the gavel comment is an ordinary job and runs
+    r = jobs.run([command, "--gres=gpu:1", "-t", "1", "true"], check=False)
+    assert r.returncode == 0, r.stderr
 
 
 # -- accepted gavel jobs ------------------------------------------------------------
