@@ -211,3 +211,17 @@ def test_feasibility_of_the_recorded_shapes():
     assert verdict.hold == ""
     assert verdict.placement.worker_types == frozenset({"v100"})
     assert verdict.placement.servers == frozenset({"v100-1"})
+
+
+def test_a_two_gpu_job_is_kept_off_one_gpu_nodes():
+    import dataclasses
+    from slurm_gavel.slurm.feasibility import judge
+    jobs = {j.job_id: j for j in parse_jobs(load("squeue-shapes-22.05.json"))}
+    nodes = parse_nodes(load(NODES["22.05"]))
+    partitions = discover_partitions(nodes)
+    small = [dataclasses.replace(n, gpus=1) if n.name.startswith("k80") else n for n in nodes]
+    two = dataclasses.replace(jobs["5"], gpus=2)
+    verdict = judge(two, small, partitions)
+    assert verdict.hold == "" and verdict.placement.worker_types == frozenset({"v100", "p100"})
+    ones = [dataclasses.replace(n, gpus=1) for n in nodes]
+    assert "the largest node has 1" in judge(two, ones, partitions).hold
