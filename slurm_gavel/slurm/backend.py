@@ -223,7 +223,7 @@ class SlurmBackend:
         self._escalate(now)
         self._start_deferred()
         self._take_back_stuck(now)
-        states, bad, holds = [], {}, {}
+        states, bad, holds, sizes = [], {}, {}, {}
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, int(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
@@ -235,9 +235,10 @@ class SlurmBackend:
             placement, hold = self._where(j, now)
             if hold:
                 holds[job_id] = hold
+            sizes[job_id] = self._held_gpus(j, placement)
             states.append(JobState(
                 id=job_id, job_type=flags.model or UNKNOWN_MODEL,
-                scale_factor=self._held_gpus(j, placement), arrival_time=j.submit_time or now,
+                scale_factor=sizes[job_id], arrival_time=j.submit_time or now,
                 total_steps=float(flags.steps) if flags.steps else math.nan,
                 weight=flags.weight, entity=flags.entity or j.account,
                 slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account,
@@ -261,7 +262,8 @@ class SlurmBackend:
             j = self._jobs.get(job_id)
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
-            gpus = self._held_gpus(j, None) if j.exclusive else j.gpus
+            # an --exclusive job holds its whole node, as it was planned (see _held_gpus)
+            gpus = sizes.get(job_id, j.gpus) if j.exclusive else j.gpus
             running.append(Assignment((job_id,), r.worker_type, tuple((n, gpus) for n in r.nodes)))
         # Released but not started yet (Slurm starts a released job within seconds):
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
