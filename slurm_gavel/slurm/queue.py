@@ -90,16 +90,18 @@ def cluster_rows(store: SqliteStore) -> list[dict]:
     servers = store.servers()
     _, shares = store.latest_allocation()
     status = store.status_rows()
+    slurm_states = any(r.get("state") for r in status.values())
     placed = store.last_placement()     # for a store without Slurm states (a simulation's)
     sf = {j["id"]: j["scale_factor"] or 1 for j in store.jobs()}
     out = []
     for wt in dict.fromkeys(s["worker_type"] for s in servers):
         gpus = sum(s["gpus"] for s in servers if s["worker_type"] == wt)
         # only what Slurm runs: a job planned (released) but not started holds nothing
-        busy = sum(r["gpus"] or 0 for r in status.values()
-                   if r.get("state") == "R" and r["worker_type"] == wt)
-        busy += sum(p["gpus"] for job, p in placed.items() if p["worker_type"] == wt
-                    and (status.get(job) or {}).get("state") is None)
+        if slurm_states:
+            busy = sum(r["gpus"] or 0 for r in status.values()
+                       if r.get("state") == "R" and r["worker_type"] == wt)
+        else:
+            busy = sum(p["gpus"] for p in placed.values() if p["worker_type"] == wt)
         wanted = sum(share.get(wt, 0.0) * sf.get(job, 1) for job, share in shares.items())
         out.append({"worker_type": wt, "gpus": gpus, "busy": busy, "gavel_share": wanted,
                     "utilization": busy / gpus if gpus else 0.0})
