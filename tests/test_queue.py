@@ -85,3 +85,30 @@ def test_gqueue_shows_the_throughputs_the_policy_was_told_and_where_from(tmp_pat
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[0] == "JOBID" and lines[0].split()[1].startswith("STEPS/S(")
     assert any("?" in line and "explore" in line for line in lines[1:]), lines
+
+
+def test_gqueue_shows_what_slurm_runs_not_what_was_planned(tmp_path, capsys):
+    """State R only for a job Slurm runs (issue 11): a released job not started is S, one
+    the daemon holds back W with its reason; --cluster counts only the R jobs' GPUs."""
+    from slurm_gavel.slurm.store import SqliteStore
+    db = tmp_path / "state.db"
+    run(db, rounds=20, n_jobs=6)
+    store = SqliteStore(db)
+    jobs = [j["id"] for j in store.jobs()][:3]
+    assert len(jobs) == 3
+    wt = store.servers()[0]["worker_type"]
+    why = "released 30 s ago, Slurm says: ReqNodeNotAvail; held again, retry in 2 rounds"
+    store.status(3, 100.0, {
+        jobs[0]: {"worker_type": wt, "priority": 1.0, "reason": "", "state": "R", "gpus": 1},
+        jobs[1]: {"worker_type": wt, "priority": 2.0, "reason": "released 3 s ago, not started yet",
+                  "state": "S", "gpus": 0},
+        jobs[2]: {"worker_type": None, "priority": None, "reason": why, "state": "W", "gpus": 0}})
+    store.close()
+    assert main(["--db", str(db), "--json"]) == 0
+    rows = {r["jobid"]: r for r in json.loads(capsys.readouterr().out)["jobs"]}
+    assert [rows[j]["st"] for j in jobs] == ["R", "S", "W"]
+    assert all(r["st"] == "PD" for j, r in rows.items() if j not in jobs)     # no status row: not placed
+    assert rows[jobs[2]]["reason"] == why
+    assert main(["--db", str(db), "--cluster", "--json"]) == 0
+    per_type = {r["worker_type"]: r for r in json.loads(capsys.readouterr().out)}
+    assert per_type[wt]["busy"] == 1 and sum(r["busy"] for r in per_type.values()) == 1

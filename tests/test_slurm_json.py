@@ -135,3 +135,93 @@ def test_unknown_or_missing_fields_never_raise():
     assert [j.job_id for j in jobs] == ["", "9"]
     assert parse_nodes({"nodes": [{"name": "x", "state": None}]})[0].usable is False
     assert parse_jobs({}) == [] and parse_nodes({"nodes": None}) == []
+
+
+# -- what a job's request says of where it can run (issue 11) ------------------------------
+# squeue-shapes-22.05.json: recorded on 22.05.8 from the dev cluster (2 nodes x 4 GPUs per
+# type, 8 CPUs and 16 GB per node), gavel jobs held by the plugin, in submission order:
+# 1 -N 2 --gres=gpu:4, 2 --gpus=6, 3 -N 3 --gres=gpu:1, 4 --mem=20G, 5 --mem=8G,
+# 6 --mem-per-cpu=3G -c 2, 7 --exclusive, 9 --dependency=afterok:7, 11 -c 12.
+def as_24_11(value):
+    """22.05's plain numbers as 24.11's {"set", "infinite", "number"} objects (null: unset),
+    shared as 24.11's flag list: the same request in 24.11's field shapes."""
+    if isinstance(value, dict):
+        return {k: (as_24_11(v) if k not in ("shared",) else ([v] if isinstance(v, str) else []))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_24_11(v) for v in value]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
+        return value
+    if value is None:
+        return {"set": False, "infinite": False, "number": 0}
+    return {"set": True, "infinite": False, "number": value}
+
+
+@pytest.mark.parametrize("shape", ["22.05", "24.11-shaped"])
+def test_job_requests_read_from_both_versions(shape):
+    data = load("squeue-shapes-22.05.json")
+    if shape != "22.05":
+        data = {"jobs": [as_24_11(j) for j in data["jobs"]]}
+    jobs = {j.job_id: j for j in parse_jobs(data)}
+    assert jobs["1"].node_count == 2 and jobs["1"].gpus == 4
+    assert jobs["2"].gpus == 6 and jobs["2"].node_count == 1
+    assert jobs["3"].node_count == 3
+    assert jobs["4"].memory_per_node == 20480 and jobs["4"].memory_needed == 20480
+    assert jobs["5"].memory_needed == 8192
+    assert jobs["6"].memory_per_cpu == 3072 and jobs["6"].cpus_per_node == 2 and jobs["6"].memory_needed == 6144
+    assert jobs["7"].exclusive and not jobs["5"].exclusive
+    assert jobs["9"].dependency == "afterok:7(unfulfilled)" and jobs["9"].waiting_for_dependency
+    assert not jobs["5"].waiting_for_dependency
+    assert jobs["11"].cpus_per_node == 12
+    assert jobs["5"].memory_per_cpu is None and jobs["5"].reservation == "" and jobs["5"].features == ""
+
+
+@pytest.mark.parametrize("version", sorted(SQUEUE))
+def test_an_ordinary_request_sets_no_limits(version):
+    run = jobs_by_name(version)["gavel-run"]
+    assert run.memory_needed is None and not run.exclusive and not run.waiting_for_dependency
+    assert run.excluded_nodes == () and run.features == ""
+    assert run.required_nodes == ("v100-0",)        # what placing it (NodeList=) set
+
+
+@pytest.mark.parametrize("version", sorted(NODES))
+def test_node_memory_cpus_and_features(version):
+    nodes = {n.name: n for n in parse_nodes(load(NODES[version]))}
+    assert nodes["k80-0"].memory == 16384 and nodes["k80-0"].cpus == 8
+    assert nodes["k80-0"].features == ()
+
+
+def test_feasibility_of_the_recorded_shapes():
+    from slurm_gavel.slurm.feasibility import judge
+    jobs = {j.job_id: j for j in parse_jobs(load("squeue-shapes-22.05.json"))}
+    nodes = parse_nodes(load(NODES["22.05"]))
+    partitions = discover_partitions(nodes)
+    assert judge(jobs["1"], nodes, partitions).hold == "needs 2 nodes: distributed jobs not supported yet"
+    assert "needs 6 GPUs, the largest node has 4" in judge(jobs["2"], nodes, partitions).hold
+    assert "needs 3 nodes" in judge(jobs["3"], nodes, partitions).hold
+    assert "fits no node: needs 20480 MB memory per node" in judge(jobs["4"], nodes, partitions).hold
+    assert judge(jobs["5"], nodes, partitions).hold == "" and judge(jobs["5"], nodes, partitions).placement is None
+    assert "waiting for its dependency" in judge(jobs["9"], nodes, partitions).hold
+    assert "CPUs per node" in judge(jobs["11"], nodes, partitions).hold
+    # memory only some nodes have: only those nodes, and only their types
+    import dataclasses
+    big = [dataclasses.replace(n, memory=32768) if n.name == "v100-1" else n for n in nodes]
+    wide = dataclasses.replace(jobs["5"], memory_per_node=20000.0)
+    verdict = judge(wide, big, partitions)
+    assert verdict.hold == ""
+    assert verdict.placement.worker_types == frozenset({"v100"})
+    assert verdict.placement.servers == frozenset({"v100-1"})
+
+
+def test_a_two_gpu_job_is_kept_off_one_gpu_nodes():
+    import dataclasses
+    from slurm_gavel.slurm.feasibility import judge
+    jobs = {j.job_id: j for j in parse_jobs(load("squeue-shapes-22.05.json"))}
+    nodes = parse_nodes(load(NODES["22.05"]))
+    partitions = discover_partitions(nodes)
+    small = [dataclasses.replace(n, gpus=1) if n.name.startswith("k80") else n for n in nodes]
+    two = dataclasses.replace(jobs["5"], gpus=2)
+    verdict = judge(two, small, partitions)
+    assert verdict.hold == "" and verdict.placement.worker_types == frozenset({"v100", "p100"})
+    ones = [dataclasses.replace(n, gpus=1) for n in nodes]
+    assert "the largest node has 1" in judge(two, ones, partitions).hold

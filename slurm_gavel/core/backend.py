@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from .mechanism import Assignment, RoundPlan, Server
+from .mechanism import Assignment, Placement, RoundPlan, Server
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,12 @@ class JobState:
     user: str = ""
     account: str = ""
     speeds: tuple[tuple[str, float], ...] = ()   # the user's hint: (worker type, steps/s)
+    # Where it may run (allowed worker types, servers): the policy sees the other
+    # types as infeasible and the mechanism never places it elsewhere.  None: anywhere.
+    placement: Placement | None = None
+    # Not to be planned now, and why in words (it can never run here; it failed to
+    # start and is backing off).  Empty: it may be planned.
+    hold_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,4 +97,4 @@ class Backend(Protocol):
     def execute(self, plan: RoundPlan, round_end: float) -> None: ...
 
 
-__all__ = ["Backend", "Departure", "JobState", "Measurement", "Observation", "Usage"]
+__all__ = ["Backend", "Departure", "JobState", "Measurement", "Observation", "Placement", "Usage"]

@@ -3,7 +3,8 @@
 Each round (`step`):
 
 1. observe the backend; credit what really ran to the mechanism's ledger;
-   forget jobs that left;
+   forget jobs that left; a job the backend holds back (`JobState.hold_reason`)
+   is not planned, and its reason is what `explain` says;
 2. on a reset event (a job arrived or left, the usable servers changed, the
    optional recompute timer fired, or a learning throughput source says the
    estimates the policy saw have moved: `stale()`) build a `PolicyInput` and
@@ -13,6 +14,8 @@ Each round (`step`):
    since; when it changes, the ledger's since-reset time restarts (at most
    once per `min_reset_seconds`);
 4. plan the round with the mechanism and hand the plan to the backend;
+   a job's `Placement` (allowed worker types, servers) makes its other types
+   infeasible for the policy (NaN throughputs) and binds the mechanism;
 5. sleep on the clock until the round ends.
 
 The daemon and the simulator are two drivers of this loop: they differ in
@@ -144,6 +147,11 @@ class Engine:
         self._seen_jobs: tuple[JobState, ...] | None = None
         self._seen_ids: tuple[str, ...] = ()
         self._sizes: dict[str, int] | None = None
+        # What the backend says of where jobs may run and which it holds back:
+        # a change is a reset event like an arrival (the policy's jobs or types change).
+        self._seen_rules: tuple = ()
+        self._rules: tuple = ()
+        self._placements: dict = {}
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -163,15 +171,18 @@ class Engine:
 
         if obs.jobs is not self._seen_jobs:     # a backend may hand over the same tuple every round
             self._seen_jobs, self._seen_ids, self._sizes = obs.jobs, tuple(j.id for j in obs.jobs), None
+            self._seen_rules = tuple((j.id, j.placement, bool(j.hold_reason)) for j in obs.jobs
+                                     if j.hold_reason or (j.placement is not None and j.placement.restricts))
         job_ids = self._seen_ids
-        jobs_changed = job_ids != self._job_ids or obs.servers != self._servers
+        jobs_changed = (job_ids != self._job_ids or obs.servers != self._servers
+                        or self._seen_rules != self._rules)
         timer = (self.recompute_seconds is not None and job_ids
                  and now - self._last_submit >= self.recompute_seconds)
         # a learning source whose estimates moved since the policy saw them (estimator)
         stale = getattr(self.throughputs, "stale", None)
         timer = timer or bool(job_ids and stale is not None and stale())
         if jobs_changed or timer:
-            self._job_ids, self._servers = job_ids, obs.servers
+            self._job_ids, self._servers, self._rules = job_ids, obs.servers, self._seen_rules
             self.unschedulable = {}
             self._sizes = None
             self.input = self._policy_input(obs, now) if job_ids else None
@@ -193,13 +204,19 @@ class Engine:
                 self._last_reset = now
             self.store.allocation(self.round, now, self.allocation, fresh=solved is not None)
 
+        if self._rules:             # a held job's reason may change every round (its backoff)
+            for j in obs.jobs:
+                if j.hold_reason and j.id in self.unschedulable:
+                    self.unschedulable[j.id] = j.hold_reason
         if self._sizes is None:     # the jobs' scale factors, kept until the jobs or `unschedulable` change
             self._sizes = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
+            self._placements = {j.id: j.placement for j in obs.jobs if j.id in self._sizes
+                                and j.placement is not None and j.placement.restricts}
         scale_factors = self._sizes
         previous = [a for a in obs.running
                     if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
         plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
-                          previous)
+                          previous, self._placements)
         round_end = now + self.round_seconds
         self.backend.execute(plan, round_end)
         self.store.round(now, plan)
@@ -272,17 +289,50 @@ class Engine:
             largest[s.worker_type] = max(largest.get(s.worker_type, s.gpus), s.gpus)
         counts = np.array([gpus.get(wt, 0) for wt in self.worker_types], dtype=float)
         per_node = np.array([largest.get(wt, np.nan) for wt in self.worker_types], dtype=float)
-        table = self.throughputs.lookup(obs.jobs, self.worker_types)
-        fits = self._schedulable(obs.jobs, table.solo, counts)
+        candidates = obs.jobs
+        if self._rules:
+            candidates = []
+            for j in obs.jobs:
+                if j.hold_reason:           # the backend logs why it holds a job back
+                    self.unschedulable[j.id] = j.hold_reason
+                else:
+                    candidates.append(j)
+            if not candidates:
+                return None
+        table = self._masked(candidates, self.throughputs.lookup(candidates, self.worker_types))
+        fits = self._schedulable(candidates, table.solo, counts)
         if not fits.any():
             return None
-        jobs = [j for j, f in zip(obs.jobs, fits) if f]
+        jobs = [j for j, f in zip(candidates, fits) if f]
         if self.space_sharing:
-            table = self.throughputs.lookup(jobs, self.worker_types, include_pairs=True)
+            table = self._masked(jobs, self.throughputs.lookup(jobs, self.worker_types, include_pairs=True))
         elif not fits.all():
             table = replace(table, solo=table.solo[fits], unconsolidated=table.unconsolidated[fits])
         return build_policy_input(jobs, obs.steps_done, table, self.worker_types, counts, now,
                                   self.prices, per_node)
+
+    def _masked(self, jobs: Sequence[JobState], table: JobThroughputs) -> JobThroughputs:
+        """`table` with NaN (infeasible) on every worker type a job's `placement` rules out."""
+        if not self._rules:
+            return table
+        allowed = np.ones((len(jobs), len(self.worker_types)), dtype=bool)
+        for i, j in enumerate(jobs):
+            if j.placement is not None and j.placement.worker_types is not None:
+                allowed[i] = [wt in j.placement.worker_types for wt in self.worker_types]
+        if allowed.all():
+            return table
+        pairs = table.pair_throughputs
+        if len(table.pair_jobs):
+            both = allowed[table.pair_jobs[:, 0]] & allowed[table.pair_jobs[:, 1]]     # (P, k)
+            pairs = np.where(both[:, :, None], pairs, np.nan)
+        return replace(table, solo=np.where(allowed, table.solo, np.nan),
+                       unconsolidated=np.where(allowed, table.unconsolidated, np.nan),
+                       pair_throughputs=pairs)
+
+    def _report(self, job: str, why: str) -> None:
+        if job not in self._reported:
+            log.warning("job %s cannot be scheduled: %s", job, why)
+            self._reported.add(job)
 
     def _schedulable(self, jobs: Sequence[JobState], solo: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Which jobs some worker type can run; the others go to `unschedulable` with the reason."""
@@ -291,14 +341,15 @@ class Engine:
         fits = ((solo > 0) & (sfs[:, None] <= counts[None, :])).any(axis=1)
         for i in np.flatnonzero(~fits):
             job = jobs[i]
-            if not known[i]:
+            if job.placement is not None and job.placement.worker_types is not None and not any(
+                    wt in job.placement.worker_types for wt in self.worker_types):
+                why = "may run on no worker type of this cluster"
+            elif not known[i]:
                 why = f"no throughput known for {job.job_type!r} at scale factor {job.scale_factor}"
             else:
                 why = f"fits no worker type: needs {job.scale_factor} GPUs of a type it can run on"
             self.unschedulable[job.id] = why
-            if job.id not in self._reported:
-                log.warning("job %s cannot be scheduled: %s", job.id, why)
-                self._reported.add(job.id)
+            self._report(job.id, why)
         return fits
 
 

@@ -15,6 +15,11 @@ that are free for it.  Each round it
    servers (its lease is renewed, it is not stopped at all); the others go
    largest scale factor first onto as few servers as possible.
 
+A job may come with a `Placement` (what its backend knows of where it can
+run: allowed worker types, allowed servers, all GPUs on one server).  Its
+disallowed types get priority 0; a pick that its servers cannot hold is
+dropped and the round is picked again without it, so the GPUs go to others.
+
 The result is a `RoundPlan`: what keeps running, what starts (on which type
 and servers), what must stop.  Backends (Slurm, simulated) execute plans; the
 mechanism knows nothing of them.
@@ -40,6 +45,27 @@ class Server:
     name: str
     worker_type: str
     gpus: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job may run, as its backend knows it (the policy and the mechanism respect it).
+
+    `worker_types`: the types it can run on (None: every type); `servers`: the
+    servers it can run on (None: any server of those types); `one_server`: all
+    its GPUs must be on one server (a backend that cannot spread a job).
+    """
+
+    worker_types: frozenset[str] | None = None
+    servers: frozenset[str] | None = None
+    one_server: bool = False
+
+    def allows(self, worker_type: str) -> bool:
+        return self.worker_types is None or worker_type in self.worker_types
+
+    @property
+    def restricts(self) -> bool:
+        return self.worker_types is not None or self.servers is not None or self.one_server
 
 
 @dataclass(frozen=True)
@@ -219,17 +245,44 @@ def _layout(servers: Sequence[Server]) -> _Layout:
 
 
 def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
-          previous: Mapping[Row, Assignment]) -> list[Assignment]:
+          previous: Mapping[Row, Assignment],
+          placements: Mapping[str, Placement] | None = None) -> list[Assignment]:
     """Put picked (row, type, GPUs) on servers.
 
     A row that ran on the same type last round keeps its servers if they are
     still free; the rest go largest first, to the fullest server that still
     fits them whole (consolidated), else over the servers with most free GPUs.
+    A row whose jobs' `placements` the free servers cannot satisfy is a
+    ValueError (`plan_round` picks again without it).
     """
+    placed, failed = _place(picks, servers, previous, placements or {})
+    if failed:
+        row, worker_type, gpus = failed[0]
+        raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; they are not free "
+                         f"where it may run")
+    return placed
+
+
+def _restriction(row: Row, placements: Mapping[str, Placement]) -> tuple[frozenset[str] | None, bool]:
+    """(servers the row may use or None for any, whether all its GPUs must be on one server)."""
+    allowed: frozenset[str] | None = None
+    one = False
+    for job in row:
+        p = placements.get(job)
+        if p is None:
+            continue
+        one = one or p.one_server
+        if p.servers is not None:
+            allowed = p.servers if allowed is None else allowed & p.servers
+    return allowed, one
+
+
+def _place(picks, servers, previous, placements) -> tuple[list[Assignment], list[tuple[Row, str, int]]]:
     layout = _layout(servers)
     free = dict(layout.free)
     of_type = layout.of_type
     placed: list[Assignment] = []
+    failed: list[tuple[Row, str, int]] = []
     waiting = []
     for pick in picks:
         row, worker_type, gpus = pick
@@ -241,12 +294,21 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
             placed.append(before)         # the very same object: the plan's `keep`
         else:
             waiting.append(pick)
-    # min() and the stable sort keep the servers' order among equally free ones
-    for row, worker_type, gpus in sorted(waiting, key=lambda p: -p[2]):
+    # Largest first; among equals a restricted row first, so that rows that may
+    # go anywhere do not take its servers.  min() and the stable sort keep the
+    # servers' order among equally free ones.
+    rules = {pick[0]: _restriction(pick[0], placements) for pick in waiting} if placements else {}
+    for row, worker_type, gpus in sorted(waiting, key=lambda p: (-p[2], rules.get(p[0], (None,))[0] is None)):
         names = of_type.get(worker_type, [])
+        allowed, one = rules.get(row, (None, False))
+        if allowed is not None:
+            names = [n for n in names if n in allowed]
         fits = [n for n in names if free[n] >= gpus]
         if fits:
             taken = [(min(fits, key=free.__getitem__), gpus)]
+        elif one:
+            failed.append((row, worker_type, gpus))
+            continue
         else:
             taken, need = [], gpus
             for n in sorted(names, key=lambda n: -free[n]):
@@ -257,12 +319,15 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
                     taken.append((n, use))
                     need -= use
             if need:
-                raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; "
-                                 f"only {gpus - need} are free")
+                if not placements:
+                    raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; "
+                                     f"only {gpus - need} are free")
+                failed.append((row, worker_type, gpus))
+                continue
         for name, count in taken:
             free[name] -= count
         placed.append(Assignment(row, worker_type, tuple(taken)))
-    return placed
+    return placed, failed
 
 
 def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
@@ -275,16 +340,28 @@ def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -
 
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
                scale_factors: Mapping[str, int],
-               previous: Sequence[Assignment] = ()) -> RoundPlan:
+               previous: Sequence[Assignment] = (),
+               placements: Mapping[str, Placement] | None = None) -> RoundPlan:
     """The mechanism's whole step for round `number`.
 
     `servers` are the GPUs free for scheduled jobs (GPUs of other jobs already
     left out); `previous` is last round's assignments of jobs that are still
-    active (a finished job is not "preempted").
+    active (a finished job is not "preempted"); `placements` where jobs may
+    run (jobs left out may run anywhere).
     """
     rows, x = allocation.rows, allocation.x_rows
     worker_types = allocation.worker_types
     prio = priorities(x, ledger.since_reset(rows))
+    placements = {job: p for job, p in (placements or {}).items() if p.restricts}
+    if placements:
+        prio = prio.copy()
+        for r, row in enumerate(rows):
+            for job in row:
+                p = placements.get(job)
+                if p is not None and p.worker_types is not None:
+                    for t, wt in enumerate(worker_types):
+                        if wt not in p.worker_types:
+                            prio[r, t] = 0.0
     sizes = [int(scale_factors[row[0]]) for row in rows]
     column = {wt: j for j, wt in enumerate(worker_types)}
     gpus = _layout(servers).gpus
@@ -294,9 +371,23 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     for a in previous:
         before[a.jobs] = a
         current[a.jobs] = column.get(a.worker_type)
-    chosen = select(rows, prio, np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64), current)
+    sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
+    chosen = select(rows, prio, sizes_array, free_array, current)
     picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
-    assignments = place(picks, servers, before)
+    if not placements:
+        assignments = place(picks, servers, before)
+    else:
+        # A pick whose servers cannot hold it is dropped and the round picked again
+        # without that entry: its GPUs go to the next rows in priority order.
+        index = {row: r for r, row in enumerate(rows)}
+        while True:     # ends: each failure zeroes an entry of positive priority
+            assignments, failed = _place(picks, servers, before, placements)
+            if not failed:
+                break
+            for row, wt, _gpus in failed:
+                prio[index[row], column[wt]] = 0.0
+            chosen = select(rows, prio, sizes_array, free_array, current)
+            picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
     kept, started, still = [], [], set()
     for a in assignments:
         b = before.get(a.jobs)
@@ -309,5 +400,5 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt)
 
 
-__all__ = ["Assignment", "Ledger", "RoundPlan", "Row", "Server", "allocation_rows", "place",
+__all__ = ["Assignment", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "place",
            "plan_round", "priorities", "select"]

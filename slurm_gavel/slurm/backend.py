@@ -22,6 +22,15 @@ Acting (`execute`):
   one issued within the same second is refused ("Job credential revoked"),
   which fails the job.
 
+A released job that Slurm has not started `start_timeout` seconds later
+(its pending reason says why: Resources, ReqNodeNotAvail, PartitionNodeLimit,
+...) is held again and not planned for a backoff that doubles with each such
+failure (one round, two, four, ... at most `MAX_BACKOFF_ROUNDS`), so the GPUs
+planned for it go to other jobs.  What Slurm can run at all is read from each
+job's request (feasibility.py): a job that needs several nodes, fits no node
+or waits for its dependency is not planned, with the reason; one that fits
+only some partitions or nodes is planned only there, and always on one node.
+
 With `dry_run` nothing is changed in Slurm: every action is only logged.
 """
 from __future__ import annotations
@@ -34,10 +43,11 @@ from typing import Callable, Mapping
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.errors import GavelError, InputError
 from .flags import from_admin_comment
-from ..core.mechanism import Assignment, RoundPlan, Server
+from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, read_progress, summary
 from .records import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from .commands import Backoff, SlurmCLI, SlurmCommandError
+from .feasibility import judge
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -46,6 +56,10 @@ UNKNOWN_MODEL = "unknown"
 # slurmd refuses a job credential created no later (in whole seconds) than the
 # job's last revocation on that node; 2 s after the stop was seen is safe.
 RESTART_GUARD_SECONDS = 2.0
+# A released job Slurm has not started after this long is taken back (held).
+START_TIMEOUT_SECONDS = 30.0
+MAX_BACKOFF_ROUNDS = 16
+ONE_NODE = Placement(one_server=True)     # Slurm jobs keep their node count: 1 until distributed jobs
 
 
 def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
@@ -70,16 +84,32 @@ class _Preempted:
     escalated: bool = False
 
 
+@dataclass
+class _Stuck:
+    """A job that was released and did not start: held again until `until`."""
+
+    failures: int
+    released: float
+    held: float
+    until: float
+    reason: str                 # Slurm's pending reason when it was taken back
+
+
 class SlurmBackend:
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | None = None,
                  signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
                  dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
-                 credited_until: float | None = None, progress_dir: str | None = None):
+                 credited_until: float | None = None, progress_dir: str | None = None,
+                 start_timeout: float = START_TIMEOUT_SECONDS):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
+        self.start_timeout = float(start_timeout)
+        self.round_seconds: float | None = None        # learned from execute()
+        self._stuck: dict[str, _Stuck] = {}
+        self._holds: dict[str, str] = {}               # job -> why it is not planned now
         self.dry_run = dry_run
         self.on_event = on_event or (lambda kind, job, detail: None)
         self.backoff = Backoff()
@@ -192,7 +222,8 @@ class SlurmBackend:
         now = self.clock.now()
         self._escalate(now)
         self._start_deferred()
-        states, bad = [], {}
+        self._take_back_stuck(now)
+        states, bad, holds, sizes = [], {}, {}, {}
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, int(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
@@ -201,13 +232,21 @@ class SlurmBackend:
             except InputError as e:
                 bad[job_id] = f"bad flags: {e.problem}"
                 continue
+            placement, hold = self._where(j, now)
+            if hold:
+                holds[job_id] = hold
+            sizes[job_id] = self._held_gpus(j, placement)
             states.append(JobState(
                 id=job_id, job_type=flags.model or UNKNOWN_MODEL,
-                scale_factor=max(1, j.total_gpus), arrival_time=j.submit_time or now,
+                scale_factor=sizes[job_id], arrival_time=j.submit_time or now,
                 total_steps=float(flags.steps) if flags.steps else math.nan,
                 weight=flags.weight, entity=flags.entity or j.account,
                 slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account,
-                speeds=flags.speeds or ()))
+                speeds=flags.speeds or (), placement=placement, hold_reason=hold))
+        for job_id, why in holds.items():
+            if self._holds.get(job_id, "").split(";")[0] != why.split(";")[0]:
+                log.warning("job %s is not planned: %s", job_id, why)
+        self._holds = holds
         self._bad_flags = bad
         steps_done, measurements = self._read_progress(states)
         servers = []
@@ -223,15 +262,14 @@ class SlurmBackend:
             j = self._jobs.get(job_id)
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
-            running.append(Assignment((job_id,), r.worker_type, tuple((n, j.gpus) for n in r.nodes)))
+            # an --exclusive job holds its whole node, as it was planned (see _held_gpus)
+            gpus = sizes.get(job_id, j.gpus) if j.exclusive else j.gpus
+            running.append(Assignment((job_id,), r.worker_type, tuple((n, gpus) for n in r.nodes)))
         # Released but not started yet (Slurm starts a released job within seconds):
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
+        # (One that does not start in time was taken back above.)
         for job_id, (a, at) in sorted(self._starting.items()):
-            j = self._jobs.get(job_id)
-            if j is None or j.running or "JobHeld" in j.reason or now - at > self.grace_seconds:
-                del self._starting[job_id]
-            else:
-                running.append(a)
+            running.append(a)
         usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus if job in self._jobs
                                                           else 0) for n in nodes)), seconds)
                       for (job, wt, nodes), seconds in sorted(self._usage.items()))
@@ -239,6 +277,87 @@ class SlurmBackend:
         departures, self._departures = tuple(self._departures), []
         return Observation(now, tuple(states), tuple(servers), steps_done, tuple(running), usage,
                            departures, measurements)
+
+    def _where(self, j: SlurmJob, now: float) -> tuple[Placement, str]:
+        """Where the job may run and, if it must not be planned now, why."""
+        verdict = judge(j, self._nodes, self.partitions)
+        if verdict.hold:
+            return ONE_NODE, verdict.hold
+        p = verdict.placement
+        placement = ONE_NODE if p is None else Placement(p.worker_types, p.servers, one_server=True)
+        stuck = self._stuck.get(j.job_id)
+        if stuck is not None and now < stuck.until and not j.running:
+            return placement, (f"released {stuck.held - stuck.released:.0f} s ago, Slurm says: "
+                               f"{stuck.reason or 'nothing'}; held again, retry in "
+                               f"{self._rounds(stuck.until - now)}")
+        return placement, ""
+
+    def _held_gpus(self, j: SlurmJob, placement: Placement | None) -> int:
+        """GPUs the job keeps from others: its own, or (--exclusive) every GPU of the largest
+        node it may run on, so that the plan leaves that node to it alone."""
+        if not j.exclusive:
+            return max(1, j.total_gpus)
+        allowed = placement.servers if placement is not None else None
+        sizes = [n.gpus for n in self._nodes if any(p in self.partitions for p in n.partitions)
+                 and (allowed is None or n.name in allowed)]
+        return max([max(1, j.total_gpus)] + sizes)
+
+    def _rounds(self, seconds: float) -> str:
+        if not self.round_seconds:
+            return f"{seconds:.0f} s"
+        n = max(1, math.ceil(seconds / self.round_seconds - 1e-9))
+        return f"{n} round" + ("s" if n > 1 else "")
+
+    def _take_back_stuck(self, now: float) -> None:
+        """Hold every released job that Slurm has not started within `start_timeout`, and
+        back off before it is planned again (doubling, capped)."""
+        self._stuck = {job: v for job, v in self._stuck.items() if job in self._jobs}
+        late = []
+        for job_id, (a, at) in list(self._starting.items()):
+            j = self._jobs.get(job_id)
+            if j is None or j.running:
+                del self._starting[job_id]
+                if j is not None:
+                    self._stuck.pop(job_id, None)        # it runs: its next failure starts afresh
+            elif "JobHeld" in j.reason:
+                del self._starting[job_id]               # held by someone else meanwhile
+            elif now - at > self.start_timeout:
+                late.append((job_id, j, at))
+        if not late:
+            return
+        ids = [job_id for job_id, _, _ in late]
+        self._act("hold (did not start)", ids, lambda: self.cli.hold(ids))
+        step = self.round_seconds or self.start_timeout
+        for job_id, j, at in late:
+            del self._starting[job_id]
+            failures = self._stuck[job_id].failures + 1 if job_id in self._stuck else 1
+            delay = step * min(MAX_BACKOFF_ROUNDS, 2 ** (failures - 1))
+            self._stuck[job_id] = _Stuck(failures, at, now, now + delay, j.reason)
+            log.warning("job %s was released %.0f s ago and Slurm did not start it (%s): held "
+                        "again, not planned for %.0f s", job_id, now - at, j.reason or "no reason", delay)
+            self.on_event("stuck", job_id, f"not started {now - at:.0f} s after release, Slurm says: "
+                                           f"{j.reason}; retry in {delay:.0f} s")
+
+    def job_status(self) -> dict[str, dict]:
+        """Per gavel job what Slurm really does with it, for `gqueue`: state R (Slurm runs it:
+        `gpus`, `worker_type`), S (released, not started yet), W (not planned: `detail`), PD."""
+        now = self.clock.now()
+        out: dict[str, dict] = {}
+        for job_id, j in self._jobs.items():
+            if j.running:
+                r = self._running.get(job_id)
+                out[job_id] = {"state": "R", "gpus": j.total_gpus,
+                               "worker_type": r.worker_type if r else self.partitions_get(j.partition)}
+            elif job_id in self._starting:
+                _, at = self._starting[job_id]
+                out[job_id] = {"state": "S", "gpus": 0,
+                               "detail": f"released {now - at:.0f} s ago, not started yet; Slurm says: "
+                                         f"{j.reason or 'nothing yet'}"}
+            elif job_id in self._holds:
+                out[job_id] = {"state": "W", "gpus": 0, "detail": self._holds[job_id]}
+            else:
+                out[job_id] = {"state": "PD", "gpus": 0}
+        return out
 
     def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:
         """Steps done and measured steps/s of each job, from the progress files its iterator
@@ -274,6 +393,8 @@ class SlurmBackend:
 
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
+        if round_end > now:
+            self.round_seconds = round_end - now
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
         unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
         if unstart:
@@ -291,7 +412,7 @@ class SlurmBackend:
                 log.warning("round %d: space sharing is not supported on Slurm yet; %s not started",
                             plan.round, "+".join(a.jobs))
                 continue
-            if len(a.servers) > 1:
+            if len(a.servers) > 1:          # the placement said one node: a plan from elsewhere
                 log.warning("round %d: job %s would span %d nodes; Slurm jobs keep their node count, "
                             "so it waits", plan.round, job, len(a.servers))
                 continue

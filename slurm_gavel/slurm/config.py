@@ -40,6 +40,7 @@ class Config:
     signal_all_steps: bool = False       # scancel --full (training under srun) instead of --batch
     requeue_exit_code: int = 85
     grace_seconds: float = 60.0          # after the signal, then `scontrol requeuehold`
+    start_timeout_seconds: float = 30.0  # a released job not started by then is held again (backoff)
     progress_dir: str | None = None      # where jobs write progress (GAVEL_PROGRESS_DIR); else
                                          # <job working directory>/.gavel/<job id>.jsonl
     slurm_bin_dir: str | None = None
@@ -63,7 +64,7 @@ class Config:
         if not (isinstance(self.solver_wait_seconds, (int, float)) and 0 <= self.solver_wait_seconds < math.inf):
             bad("solver_wait_seconds", f"must be a number >= 0, got {self.solver_wait_seconds!r}")
         for key in ("round_seconds", "tick_seconds", "solver_budget_seconds", "grace_seconds",
-                    "command_timeout_seconds"):
+                    "command_timeout_seconds", "start_timeout_seconds"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(key, f"must be a number > 0, got {v!r}")

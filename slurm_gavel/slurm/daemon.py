@@ -67,6 +67,7 @@ class Daemon:
                                     signal=config.preemption_signal,
                                     signal_all_steps=config.signal_all_steps,
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
+                                    start_timeout=config.start_timeout_seconds,
                                     on_event=self._event, credited_until=self.store.last_observed(),
                                     progress_dir=config.progress_dir)
         self.throughputs = EstimatingThroughputs(
@@ -133,6 +134,8 @@ class Daemon:
         try:
             self.engine.settle()
             self.backend.backoff.succeeded()
+            if self.engine.last_plan is not None:     # gqueue follows what Slurm does between rounds
+                self.store.status(self.engine.last_plan.round, now, self._status())
         except GavelError as e:
             delay = self.backend.backoff.failed(now)
             log.error("Slurm poll failed (next try in %.0f s): %s", delay, e)
@@ -201,9 +204,19 @@ class Daemon:
         return 0
 
     def _status(self) -> dict:
+        """The engine's view of each job (type, priority, why it waits) with what Slurm really
+        does with it: R only for what Slurm runs, S released and not started, W held back."""
         rows = self.engine.explain()
+        for job, seen in self.backend.job_status().items():
+            row = rows.setdefault(job, {"worker_type": None, "priority": None, "reason": ""})
+            row["state"], row["gpus"] = seen["state"], seen["gpus"]
+            if seen["state"] == "R":
+                row["worker_type"] = seen.get("worker_type") or row.get("worker_type")
+                row["reason"] = ""
+            elif seen.get("detail"):
+                row["reason"] = seen["detail"]
         for job, why in self.backend.bad_flags.items():
-            rows[job] = {"worker_type": None, "priority": None, "reason": why}
+            rows[job] = {"worker_type": None, "priority": None, "reason": why, "state": "PD", "gpus": 0}
         return rows
 
 

@@ -4,6 +4,10 @@ It only reads the daemon's SQLite store (while the daemon writes to it):
 per job its GPU type now, its target share per type (its row of the
 allocation X), the time it has received per type, its priority, the rounds
 it ran, and why it waits, in words.  `--cluster` summarizes per GPU type.
+ST is what Slurm really does: R only for a job Slurm runs, S for one released
+but not started yet, W for one the daemon holds back (REASON says why: Slurm's
+pending reason, its backoff), PD otherwise; BUSY and UTIL count only GPUs that
+Slurm runs jobs on.
 """
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
         out.append({
             "jobid": j["id"], "user": j["user"], "name": j["name"], "account": j["account"],
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
-            "st": "R" if wt else "PD", "type": wt,
+            "st": st.get("state") or ("R" if wt else "PD"), "type": wt,
             "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "interim_share": j["id"] in interim,
             "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},
@@ -85,12 +89,19 @@ def cluster_rows(store: SqliteStore) -> list[dict]:
     """Per GPU type: GPUs the scheduler may use, busy, the allocation's share, utilization."""
     servers = store.servers()
     _, shares = store.latest_allocation()
-    placed = store.last_placement()
+    status = store.status_rows()
+    slurm_states = any(r.get("state") for r in status.values())
+    placed = store.last_placement()     # for a store without Slurm states (a simulation's)
     sf = {j["id"]: j["scale_factor"] or 1 for j in store.jobs()}
     out = []
     for wt in dict.fromkeys(s["worker_type"] for s in servers):
         gpus = sum(s["gpus"] for s in servers if s["worker_type"] == wt)
-        busy = sum(p["gpus"] for p in placed.values() if p["worker_type"] == wt)
+        # only what Slurm runs: a job planned (released) but not started holds nothing
+        if slurm_states:
+            busy = sum(r["gpus"] or 0 for r in status.values()
+                       if r.get("state") == "R" and r["worker_type"] == wt)
+        else:
+            busy = sum(p["gpus"] for p in placed.values() if p["worker_type"] == wt)
         wanted = sum(share.get(wt, 0.0) * sf.get(job, 1) for job, share in shares.items())
         out.append({"worker_type": wt, "gpus": gpus, "busy": busy, "gavel_share": wanted,
                     "utilization": busy / gpus if gpus else 0.0})

@@ -11,6 +11,14 @@ tests/fixtures/): in 22.05 (OpenAPI v0.0.38) a job's `job_state` is one string
 is ``gres:gpu:2`` in one and ``gres/gpu:2`` in the other.  This module turns
 any of those into plain `SlurmJob` / `SlurmNode` values and never raises on
 an unknown or missing field (a missing field reads as "unknown").
+
+Besides state and GPUs, a job's request says where it can run at all: its
+node count, memory per node or per CPU (MB), CPUs per node, exclusive
+(22.05: ``"shared": "none"``; 24.11: a list of flags), dependency (with its
+status, ``afterok:7(unfulfilled)``), constraint (``features``), reservation,
+required and excluded nodes; a node's memory (``real_memory``, MB), CPUs and
+features (a string in 22.05, a list in 24.11).  Unset numbers (22.05's null,
+24.11's ``{"set": false}`` or 0) read as None.
 """
 from __future__ import annotations
 
@@ -121,6 +129,16 @@ class SlurmJob:
     end_time: float | None
     exit_code: int | None
     work_dir: str = ""
+    # where the request can run (None: not set, so no limit known)
+    cpus_per_node: int | None = None
+    memory_per_node: float | None = None      # MB
+    memory_per_cpu: float | None = None       # MB
+    exclusive: bool = False
+    dependency: str = ""
+    features: str = ""                        # the --constraint expression
+    reservation: str = ""
+    required_nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
 
     @property
     def primary_state(self) -> str:
@@ -139,6 +157,22 @@ class SlurmJob:
     def total_gpus(self) -> int:
         return self.gpus * max(1, self.node_count)
 
+    @property
+    def memory_needed(self) -> float | None:
+        """MB it asks of each node (per node, or per CPU times its CPUs per node), None if unset."""
+        if self.memory_per_node:
+            return self.memory_per_node
+        if self.memory_per_cpu:
+            return self.memory_per_cpu * max(1, self.cpus_per_node or 1)
+        return None
+
+    @property
+    def waiting_for_dependency(self) -> bool:
+        """Its dependency is not met yet (or can never be): Slurm will not start it."""
+        dep = self.dependency.lower()
+        return ("unfulfilled" in dep or "failed" in dep
+                or self.reason in ("Dependency", "DependencyNeverSatisfied"))
+
 
 @dataclass(frozen=True)
 class SlurmNode:
@@ -147,6 +181,9 @@ class SlurmNode:
     partitions: tuple[str, ...]
     gpu_type: str | None
     gpus: int
+    memory: float | None = None          # MB (real_memory)
+    cpus: int | None = None
+    features: tuple[str, ...] = ()       # active features
 
     @property
     def usable(self) -> bool:
@@ -185,6 +222,31 @@ def _job_state(value: Any) -> tuple[str, ...]:
     return state
 
 
+def _positive(value: Any) -> float | None:
+    """A number that is set and > 0, else None (22.05's null, 24.11's unset or 0 objects)."""
+    n = number(value, None)
+    return n if n is not None and 0 < n < float("inf") else None
+
+
+def _exclusive(job: dict) -> bool:
+    """--exclusive: 22.05 says ``"shared": "none"``, 24.11 lists flags (``["none"]``); some
+    versions carry an ``exclusive`` field too."""
+    shared = job.get("shared")
+    flags = [shared] if isinstance(shared, str) else shared if isinstance(shared, list) else []
+    if any(str(f).lower() == "none" for f in flags):
+        return True
+    ex = job.get("exclusive")
+    ex = [ex] if isinstance(ex, (str, bool)) else ex if isinstance(ex, list) else []
+    return any(f is True or str(f).lower() in ("true", "exclusive") for f in ex)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A node or feature list: 'a,b' or 'v100-[0-1]' (22.05) or ['a', 'b'] (24.11)."""
+    if isinstance(value, list):
+        value = ",".join(text(v) for v in value)
+    return tuple(expand_hostlist(text(value)))
+
+
 def parse_jobs(data: dict) -> list[SlurmJob]:
     jobs = []
     for j in data.get("jobs") or []:
@@ -206,7 +268,17 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             restarts=int(number(j.get("restart_cnt"), 0) or 0),
             submit_time=number(j.get("submit_time")), start_time=start or None,
             end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
-            work_dir=text(j.get("current_working_directory"))))
+            work_dir=text(j.get("current_working_directory")),
+            cpus_per_node=int(_positive(j.get("minimum_cpus_per_node")) or 0) or None,
+            memory_per_node=_positive(j.get("memory_per_node")),
+            memory_per_cpu=_positive(j.get("memory_per_cpu")),
+            exclusive=_exclusive(j),
+            dependency="" if text(j.get("dependency")) == "(null)" else text(j.get("dependency")),
+            features="&".join(text(f) for f in j["features"]) if isinstance(j.get("features"), list)
+            else text(j.get("features")),
+            reservation=text(j.get("resv_name") or j.get("reservation")),
+            required_nodes=_names(j.get("required_nodes")),
+            excluded_nodes=_names(j.get("excluded_nodes"))))
     return jobs
 
 
@@ -228,9 +300,13 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
         parts = n.get("partitions") or []
         if isinstance(parts, str):
             parts = [p for p in parts.split(",") if p]
+        cpus = _positive(n.get("effective_cpus")) or _positive(n.get("cpus"))
+        features = n.get("active_features") if n.get("active_features") else n.get("features")
         nodes.append(SlurmNode(name=text(n.get("name") or n.get("hostname")),
                                state=states(n.get("state")) + states(n.get("state_flags")),
-                               partitions=tuple(parts), gpu_type=gpu_type, gpus=gpus))
+                               partitions=tuple(parts), gpu_type=gpu_type, gpus=gpus,
+                               memory=_positive(n.get("real_memory")),
+                               cpus=int(cpus) if cpus else None, features=_names(features)))
     return nodes
 
 

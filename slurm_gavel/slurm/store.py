@@ -77,7 +77,14 @@ def _v3(db: sqlite_utils.Database):
     }, pk=("job", "worker_type"))
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3]
+def _v4(db: sqlite_utils.Database):
+    """What Slurm really does with each job (issue 11): state R (Slurm runs it), S (released,
+    not started yet), W (held back by the daemon), PD; and the GPUs Slurm runs it on."""
+    db["status"].add_column("state", str)
+    db["status"].add_column("gpus", int)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4]
 
 
 def _finite(v):
@@ -215,12 +222,14 @@ class SqliteStore:
 
     # -- daemon extras ----------------------------------------------------------------
     def status(self, round: int, time_: float, rows: Mapping[str, Mapping]) -> None:
-        """Why each active job runs or waits this round: {job: {worker_type, priority, reason}}."""
+        """Why each active job runs or waits: {job: {worker_type, priority, reason, state, gpus}}
+        (state and gpus: what Slurm really does, see `_v4`)."""
         with self._tx():
             self.db.execute("delete from status")
             self.db["status"].insert_all(
                 [{"job": job, "round": round, "time": time_, "worker_type": r.get("worker_type"),
-                  "priority": r.get("priority"), "reason": r.get("reason")}
+                  "priority": r.get("priority"), "reason": r.get("reason"),
+                  "state": r.get("state"), "gpus": r.get("gpus")}
                  for job, r in rows.items()], pk="job")
 
     def event(self, time_: float, kind: str, job: str | None = None, detail: str | None = None):
