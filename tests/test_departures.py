@@ -213,3 +213,44 @@ def test_a_job_slurm_knows_no_more_is_lost(cluster, tmp_path):
         close(d)
     row = recorded(db, ghost)
     assert row["state"] == "lost" and row["detail"] == "not known to Slurm any more"
+
+
+@pytest.mark.parametrize("accounting", [False, True], ids=["slurmctld", "sacct"])
+def test_jobs_killed_by_a_cold_slurmctld_restart_are_never_completed(accounting, tmp_path_factory,
+                                                                    tmp_path):
+    """`slurmctld -c` forgets every job and slurmd kills them (seen: such jobs were recorded
+    completed).  Without accounting the job is lost; with it, sacct's record decides (22.05
+    marks it CANCELLED; a record left RUNNING, a runaway, is lost)."""
+    from conftest import require_slurm
+    from slurm_gavel.slurm.devcluster import DevCluster, default_job_submit_lua, pick_ports
+    require_slurm(accounting=accounting)
+    ctld_port, slurmd_port = pick_ports(1)        # its own cluster: job ids start again at 1
+    cluster = DevCluster(tmp_path_factory.mktemp("cold"), {"v100": (1, 2)}, ctld_port=ctld_port,
+                         slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua(),
+                         accounting=accounting)
+    cluster.up()
+    try:
+        config = write_config(tmp_path, cluster)
+        job = submit(cluster, tmp_path, "sleep 600")
+        wait_state(cluster, [job], {"RUNNING"})
+        d = daemon(config)
+        try:
+            d.engine.settle()
+            cluster.restart_slurmctld(clean=True)
+            assert job not in cluster.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+            sacct = (cluster.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "State"]).stdout.split()
+                     if accounting else [])
+            d.engine.settle()
+        finally:
+            close(d)
+        row = recorded(tmp_path / "gavel.db", job)
+        assert row["state"] != "completed"
+        if not accounting:
+            assert (row["state"], row["detail"]) == ("lost", "not known to Slurm any more")
+        elif sacct == ["RUNNING"]:
+            assert (row["state"], row["detail"]) == ("lost", "sacct says RUNNING, but Slurm no "
+                                                             "longer runs it")
+        else:
+            assert sacct[0].startswith("CANCELLED") and row["state"] == "cancelled", (row, sacct)
+    finally:
+        cluster.down()

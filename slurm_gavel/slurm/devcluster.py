@@ -631,6 +631,20 @@ class DevCluster:
             raise
         return self
 
+    def restart_slurmctld(self, clean: bool = False, timeout: float = 60) -> None:
+        """Stop slurmctld (by pid) and start it again; `clean`: with -c, forgetting every
+        job (slurmd then kills the jobs it runs), as an admin's cold start does."""
+        tools, _ = check_machine()
+        rec = self._load_state().get("daemons", {}).get("slurmctld")
+        if rec:
+            self._stop({rec["pid"]: rec.get("start")}, 10.0)
+        self._procs.pop("slurmctld", None)
+        self._spawn("slurmctld", [tools["slurmctld"], "-D", *(["-c"] if clean else []),
+                                  "-f", str(self.slurm_conf)])
+        deadline = time.monotonic() + timeout
+        self._wait_ctld(deadline)
+        self._wait_ready(deadline)
+
     def _spawn(self, name: str, argv: list[str]):
         env = dict(self.env, **{_MARK: str(self.directory)})
         with open(self.directory / "log" / f"{name.replace(':', '-')}.out", "ab") as out:
