@@ -254,3 +254,12 @@ def test_jobs_killed_by_a_cold_slurmctld_restart_are_never_completed(accounting,
             assert sacct[0].startswith("CANCELLED") and row["state"] == "cancelled", (row, sacct)
     finally:
         cluster.down()
+
+
+def test_gqueue_states_option_is_checked(tmp_path, capsys):
+    db = tmp_path / "gavel.db"
+    SqliteStore(db).close()
+    assert gqueue(["--db", str(db), "-t", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "bogus" in err and "lost" in err
+    assert gqueue(["--db", str(db), "-t", "all"]) == 0
