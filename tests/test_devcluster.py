@@ -379,6 +379,14 @@ def test_sacctmgr_shows_the_associations(slurm_accounting_cluster, tmp_path):
     refused = cluster.run(["sbatch", "-p", "k80", "-A", "nobody-account", "--wrap", "true"],
                           check=False, cwd=tmp_path)
     assert refused.returncode != 0 and "account" in refused.stderr.lower()
+    # a second user (here the system's `nobody`; a test may create its own with useradd)
+    cluster.add_user("nobody", "gavel-b")
+    cluster.add_user("nobody", "gavel-b")                  # already there: nothing to do
+    out = cluster.run(["sacctmgr", "-n", "-P", "show", "assoc", "user=nobody",
+                       "format=account,user"]).stdout
+    assert out.split() == ["gavel-b|nobody"]
+    with pytest.raises(InputError):
+        cluster.add_user("no body", "gavel-b")
 
 
 def _alive_pids(pids) -> list[int]:
