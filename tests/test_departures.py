@@ -263,3 +263,37 @@ def test_gqueue_states_option_is_checked(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "bogus" in err and "lost" in err
     assert gqueue(["--db", str(db), "-t", "all"]) == 0
+
+
+def test_a_departure_waits_while_sacct_fails_then_is_lost(slurm_accounting_cluster):
+    """sacct failing (slurmdbd down) delays a departure it would decide, backing off; after
+    FINAL_STATE_PATIENCE_SECONDS it is recorded lost.  The real cluster, with a sacct that
+    fails beside it."""
+    from slurm_gavel.slurm.backend import FINAL_STATE_PATIENCE_SECONDS, SlurmBackend
+    from slurm_gavel.slurm.commands import SlurmCLI, SlurmCommandError
+
+    class FailingSacct(SlurmCLI):
+        calls_sacct = 0
+
+        def sacct(self, ids, *args, **kw):
+            self.calls_sacct += 1
+            raise SlurmCommandError(["sacct"], 1, "sacct: error: slurmdbd: Connection refused")
+
+    class Clock:
+        t = time.time()
+
+        def now(self):
+            return self.t
+
+    clock, cli = Clock(), FailingSacct(env=slurm_accounting_cluster.env)
+    backend = SlurmBackend(cli, clock, active_jobs=["987655"], credited_until=clock.t - 60)
+    assert backend.accounting
+    assert backend.observe().departures == () and cli.calls_sacct == 1
+    clock.t += 0.5                         # backing off: no second call yet
+    assert backend.observe().departures == () and cli.calls_sacct == 1
+    clock.t += 2
+    assert backend.observe().departures == () and cli.calls_sacct == 2
+    clock.t += FINAL_STATE_PATIENCE_SECONDS
+    (gone,) = backend.observe().departures
+    assert (gone.id, gone.state, gone.detail) == ("987655", "lost", "not known to Slurm any more")
+    assert backend.observe().departures == ()
