@@ -4,6 +4,9 @@
 session: 3 GPU types x 2 nodes x 4 fake GPUs, the repository's job_submit.lua when
 present, random free ports.  Skipped where Slurm is missing or we are not root,
 except under CI (the CI variable set), where that is a failure: CI must run them.
+
+`slurm_accounting_cluster`: a second, smaller cluster with accounting (its own MariaDB and
+slurmdbd; sacct, sacctmgr, associations enforced), started only when a test asks for it.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import time
 
 import pytest
 
-from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster, default_job_submit_lua,
+from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster,
+                                          accounting_unavailable_reason, default_job_submit_lua,
                                           node_list, pick_ports, unavailable_reason)
 from slurm_gavel.slurm.commands import PARTITION_TRIES, transient_update_error
 
@@ -35,9 +39,9 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def require_slurm():
-    """Skip (fail under CI) when a local Slurm cluster cannot run here."""
-    reason = unavailable_reason()
+def require_slurm(accounting: bool = False):
+    """Skip (fail under CI) when a local Slurm cluster (with accounting) cannot run here."""
+    reason = accounting_unavailable_reason() if accounting else unavailable_reason()
     if reason:
         if in_ci():
             pytest.fail(f"CI must run the Slurm tests, but: {reason}", pytrace=False)
@@ -52,6 +56,23 @@ def slurm_cluster(tmp_path_factory):
     cluster = DevCluster(tmp_path_factory.mktemp("slurm"), DEFAULT_TYPES, ctld_port=ctld_port,
                          slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua())
     cluster.up()          # cleans up after itself when it fails
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+ACCOUNTING_TYPES = {"v100": (1, 4), "k80": (1, 4)}
+
+
+@pytest.fixture(scope="session")
+def slurm_accounting_cluster(tmp_path_factory):
+    require_slurm(accounting=True)
+    ctld_port, slurmd_port = pick_ports(len(node_list(ACCOUNTING_TYPES)))
+    cluster = DevCluster(tmp_path_factory.mktemp("acct"), ACCOUNTING_TYPES, ctld_port=ctld_port,
+                         slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua(),
+                         accounting=True)
+    cluster.up()
     try:
         yield cluster
     finally:

@@ -13,7 +13,8 @@ from conftest import move_job, require_slurm
 
 from slurm_gavel.slurm.devcluster import (DevCluster, cmd_cluster, parse_types, parse_version,
                                           pick_ports, port_free, register, render_cgroup_conf,
-                                          render_gres_conf, render_slurm_conf)
+                                          render_gres_conf, render_slurm_conf,
+                                          render_slurmdbd_conf)
 from slurm_gavel.core.errors import InputError
 from slurm_gavel.slurm.backend import RESTART_GUARD_SECONDS
 
@@ -82,6 +83,27 @@ def test_render_slurm_conf_golden():
     assert render_slurm_conf("/x/c", SMALL, 16817, 17001, job_submit=True) == GOLDEN_SLURM_CONF
     plain = render_slurm_conf("/x/c", SMALL, 16817, 17001, requeue_exit_hold=90)
     assert "JobSubmitPlugins" not in plain and "RequeueExitHold=90\n" in plain
+
+
+def test_render_accounting_conf():
+    plain = render_slurm_conf("/x/c", SMALL, 16817, 17001, job_submit=True)
+    conf = render_slurm_conf("/x/c", SMALL, 16817, 17001, job_submit=True, dbd_port=31000)
+    assert "AccountingStorageType=" not in plain
+    added = [line for line in conf.splitlines() if line not in plain.splitlines()]
+    settings = dict(line.split("=", 1) for line in added if not line.startswith("#"))
+    assert settings == {
+        "AccountingStorageType": "accounting_storage/slurmdbd", "AccountingStorageHost": "localhost",
+        "AccountingStoragePort": "31000", "AccountingStoragePass": "/x/c/munge/munge.socket",
+        "AccountingStorageEnforce": "associations,limits",
+        "JobAcctGatherType": "jobacct_gather/none", "PriorityType": "priority/multifactor",
+        "PriorityWeightFairshare": "10000", "PriorityWeightAge": "1000",
+        "PriorityDecayHalfLife": "1-0"}
+    dbd = dict(line.split("=", 1) for line in render_slurmdbd_conf("/x/c", 31000, 32000, "pw")
+               .splitlines() if not line.startswith("#"))
+    assert dbd["DbdPort"] == "31000" and dbd["StoragePort"] == "32000"
+    assert dbd["StorageType"] == "accounting_storage/mysql" and dbd["StoragePass"] == "pw"
+    assert dbd["AuthInfo"] == "socket=/x/c/munge/munge.socket" and dbd["SlurmUser"] == "root"
+    assert dbd["StorageHost"] == "127.0.0.1" and dbd["StorageLoc"] == "slurm_acct_db"
 
 
 def test_render_gres_and_cgroup_conf():
@@ -320,3 +342,101 @@ def test_second_cluster_through_the_cli_then_down(slurm_cluster, tmp_path_factor
     assert second.down() == []                          # idempotent
     assert _cli(["cluster", "status", "--dir", str(directory)]) == 1
     assert len(slurm_cluster.nodes_info()) == 6
+
+
+# -- with accounting (its own MariaDB and slurmdbd) --------------------------------------
+def sacct(cluster, job, fields="JobID,State,ExitCode,End") -> list[dict]:
+    out = cluster.run(["sacct", "-X", "-D", "-n", "--parsable2", "-j", job, "-o", fields]).stdout
+    return [dict(zip(fields.split(","), line.split("|"))) for line in out.splitlines()]
+
+
+def test_sacct_lists_finished_jobs(slurm_accounting_cluster, tmp_path):
+    cluster = slurm_accounting_cluster
+    ok = sbatch(cluster, "-p", "k80", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true", cwd=tmp_path)
+    bad = sbatch(cluster, "-p", "k80", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "exit 3",
+                 cwd=tmp_path)
+    for job in (ok, bad):
+        wait_job(cluster, job, {"COMPLETED", "FAILED"})
+    # slurmctld sends the job's end to slurmdbd a moment later
+    wait_for(lambda: all(r["End"] not in ("", "Unknown") for j in (ok, bad) for r in sacct(cluster, j)),
+             what="sacct's end times")
+    assert [(r["JobID"], r["State"], r["ExitCode"]) for r in sacct(cluster, ok)] == [(ok, "COMPLETED", "0:0")]
+    assert [(r["JobID"], r["State"], r["ExitCode"]) for r in sacct(cluster, bad)] == [(bad, "FAILED", "3:0")]
+
+
+def test_sacctmgr_shows_the_associations(slurm_accounting_cluster, tmp_path):
+    cluster = slurm_accounting_cluster
+    out = cluster.run(["sacctmgr", "-n", "-P", "show", "assoc", "format=cluster,account,user"]).stdout
+    assocs = {tuple(line.split("|")) for line in out.splitlines()}
+    assert {("gavel-dev", "gavel-a", "root"), ("gavel-dev", "gavel-b", "root")} <= assocs
+    config = cluster.run(["scontrol", "show", "config"]).stdout
+    assert re.search(r"AccountingStorageEnforce\s*=\s*associations,limits", config)
+    assert re.search(r"PriorityType\s*=\s*priority/multifactor", config)
+    # associations are enforced: an account root does not belong to is refused
+    job = sbatch(cluster, "-p", "k80", "--gres=gpu:1", "-A", "gavel-b", "-o", "/dev/null",
+                 "--wrap", "true", cwd=tmp_path)
+    assert wait_job(cluster, job, {"COMPLETED", "FAILED"})["Account"] == "gavel-b"
+    refused = cluster.run(["sbatch", "-p", "k80", "-A", "nobody-account", "--wrap", "true"],
+                          check=False, cwd=tmp_path)
+    assert refused.returncode != 0 and "account" in refused.stderr.lower()
+    # a second user (here the system's `nobody`; a test may create its own with useradd)
+    cluster.add_user("nobody", "gavel-b")
+    cluster.add_user("nobody", "gavel-b")                  # already there: nothing to do
+    out = cluster.run(["sacctmgr", "-n", "-P", "show", "assoc", "user=nobody",
+                       "format=account,user"]).stdout
+    assert out.split() == ["gavel-b|nobody"]
+    with pytest.raises(InputError):
+        cluster.add_user("no body", "gavel-b")
+
+
+def _alive_pids(pids) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()
+            and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"]
+
+
+def test_accounting_cluster_through_the_cli_then_down(tmp_path_factory, capsys):
+    require_slurm(accounting=True)
+    for _ in range(50):
+        port, _ = pick_ports(1)
+        if port_free(port + 184):
+            break
+    directory = tmp_path_factory.mktemp("acli") / "c"
+    assert _cli(["cluster", "up", "--accounting", "--dir", str(directory), "--types", "k80=1x1",
+                 "--port", str(port)]) == 0
+    capsys.readouterr()
+    assert _cli(["cluster", "status", "--dir", str(directory), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert {"munged", "mariadb", "slurmdbd", "slurmctld", "slurmd:k80-0"} == set(status["daemons"])
+    assert set(status["ports"]) == {"slurmctld", "slurmd", "slurmdbd", "mariadb"}
+    assert (directory / "slurmdbd.conf").stat().st_mode & 0o777 == 0o600
+    cluster = DevCluster(directory)
+    job = sbatch(cluster, "-p", "k80", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300",
+                 cwd=directory)
+    wait_job(cluster, job, {"RUNNING"})
+    pids = [d["pid"] for d in status["daemons"].values()]
+    assert _cli(["cluster", "down", "--dir", str(directory)]) == 0
+    assert _alive_pids(pids) == []
+    conf_entry = f"SLURM_CONF={cluster.slurm_conf}".encode()
+    deadline = time.time() + 10
+    while _processes_with(conf_entry) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _processes_with(conf_entry) == []           # slurmstepd and the job's sleep too
+
+
+def test_a_failed_accounting_up_stops_what_it_started(tmp_path_factory):
+    require_slurm(accounting=True)
+    ctld_port, slurmd_port = pick_ports(1)
+    cluster = DevCluster(tmp_path_factory.mktemp("afail") / "c", {"k80": (1, 1)},
+                         ctld_port=ctld_port, slurmd_port=slurmd_port, accounting=True)
+    started = {}
+
+    def fail_after_accounting(deadline):
+        started.update(cluster.daemons())
+        raise RuntimeError("simulated failure after slurmdbd and slurmctld started")
+    cluster._wait_ctld = fail_after_accounting
+    with pytest.raises(RuntimeError, match="simulated"):
+        cluster.up()
+    assert {"munged", "mariadb", "slurmdbd", "slurmctld"} == set(started)
+    assert _alive_pids([d["pid"] for d in started.values()]) == []
+    assert _processes_with(f"SLURM_CONF={cluster.slurm_conf}".encode()) == []
+    assert cluster.status()["daemons"] == {} and not cluster.state_file.exists()

@@ -37,6 +37,17 @@ if ! command -v lua5.1 >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; th
         && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lua5.1 >/dev/null; } \
         || echo "setup-env: warning: could not install lua5.1; the Lua tests will be skipped" >&2
 fi
+# The local cluster with accounting (`cluster up --accounting`, the sacct tests) runs its own
+# MariaDB server and slurmdbd: install them too (the Debian packages' services are not started).
+if { ! _gavel_have slurmdbd || { ! _gavel_have mariadbd && ! _gavel_have mysqld; }; } \
+        && command -v apt-get >/dev/null 2>&1; then
+    echo "setup-env: installing mariadb-server and slurmdbd with apt-get (for the cluster with accounting)" >&2
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    { $SUDO apt-get update -qq \
+        && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server slurmdbd >/dev/null; } \
+        || echo "setup-env: warning: could not install mariadb-server and slurmdbd; the accounting tests will be skipped" >&2
+fi
 unset -f _gavel_have
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"

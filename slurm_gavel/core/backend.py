@@ -54,11 +54,13 @@ class Usage:
 
 @dataclass(frozen=True)
 class Departure:
-    """A job that left the system at `time`: completed, failed or cancelled."""
+    """A job that left the system at `time`: completed, failed, cancelled, node_fail,
+    timeout, preempted or lost (the cluster knows it no more); `detail` says why, in words."""
 
     id: str
     time: float
     state: str = "completed"
+    detail: str = ""
 
 
 @dataclass(frozen=True)

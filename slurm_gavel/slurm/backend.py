@@ -30,6 +30,12 @@ planned for it go to other jobs.  What Slurm can run at all is read from each
 job's request (feasibility.py): a job that needs several nodes, fits no node
 or waits for its dependency is not planned, with the reason; one that fits
 only some partitions or nodes is planned only there, and always on one node.
+Departures are read from Slurm's final state: `sacct` (one batched call per poll)
+where accounting exists, else (and while slurmdbd has not caught up) the finished
+job slurmctld still lists (MinJobAge); a job Slurm knows no more is "lost", never
+"completed".  A restarted daemon passes the jobs its database holds as active
+(`active_jobs`): those Slurm no longer runs depart on the first poll, with their
+real end, and what they ran since the last run stopped crediting is credited.
 
 With `dry_run` nothing is changed in Slurm: every action is only logged.
 """
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal as signals
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -45,7 +52,8 @@ from ..core.errors import GavelError, InputError
 from .flags import from_admin_comment
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, read_progress, summary
-from .records import SlurmJob, SlurmNode, parse_jobs, parse_nodes
+from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
+                      parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
 from .feasibility import judge
 
@@ -60,6 +68,9 @@ RESTART_GUARD_SECONDS = 2.0
 START_TIMEOUT_SECONDS = 30.0
 MAX_BACKOFF_ROUNDS = 16
 ONE_NODE = Placement(one_server=True)     # Slurm jobs keep their node count: 1 until distributed jobs
+# A job gone from the queue whose final state cannot be read (slurmdbd not answering) is
+# recorded "lost" after this long; until then its departure waits.
+FINAL_STATE_PATIENCE_SECONDS = 300.0
 
 
 def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
@@ -102,7 +113,8 @@ class SlurmBackend:
                  signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
                  dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
                  credited_until: float | None = None, progress_dir: str | None = None,
-                 start_timeout: float = START_TIMEOUT_SECONDS):
+                 start_timeout: float = START_TIMEOUT_SECONDS,
+                 active_jobs=(), accounting: bool | None = None):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
@@ -130,6 +142,11 @@ class SlurmBackend:
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
         self.progress_dir = progress_dir
+        # Jobs a previous run recorded as active: reconciled with Slurm on the first poll.
+        self._unreconciled: set[str] = {str(j) for j in active_jobs}
+        self._accounting = accounting                  # None: ask slurmctld once
+        self.final_backoff = Backoff()                 # sacct, separately from the poll
+        self._gone_since: dict[str, float] = {}        # final state not read yet
         self._progress: dict[str, tuple] = {}          # path -> ((mtime, size), summary)
         self._nodes = parse_nodes(self.cli.nodes())    # fail early: Slurm must answer once
         self.partitions = dict(partitions) if partitions else discover_partitions(self._nodes)
@@ -153,15 +170,25 @@ class SlurmBackend:
             elif j.running:
                 for n in j.nodes:
                     others[n] = others.get(n, 0) + j.gpus
+        gone = [job for job in dict.fromkeys([*self._jobs, *sorted(self._unreconciled)])
+                if job not in gavel]
+        finals = self._final_states(gone, jobs, now)
+        reconciled = {job for job in gone if job in finals and job not in self._running
+                      and job in self._unreconciled}
         # credit running time since the last poll
         for job_id, r in list(self._running.items()):
             j = gavel.get(job_id)
             still = j is not None and j.running and j.nodes == r.nodes
+            if not still and job_id in gone and job_id not in finals:
+                continue              # its end is not known yet: credited when it is
             end = now
             if not still:
                 finished = next((x for x in jobs if x.job_id == job_id), None)
-                if finished is not None and finished.end_time and r.since < finished.end_time < now:
-                    end = finished.end_time
+                final = finals.get(job_id)
+                ended = final.end if final is not None and final.end else (
+                    finished.end_time if finished is not None else None)
+                if ended and r.since < ended < now:
+                    end = ended
             self._credit(job_id, r, end)
             if not still:
                 del self._running[job_id]
@@ -187,23 +214,104 @@ class SlurmBackend:
                     self._credit(job_id, self._running[job_id], now)
             if not j.running and job_id in self._preempted:
                 del self._preempted[job_id]            # it stopped: checkpointed and requeued
-        for job_id, old in self._jobs.items():
-            if job_id not in gavel:
-                final = next((x for x in jobs if x.job_id == job_id), None)
-                state = "completed"
-                t = now
-                if final is not None:
-                    state = {"COMPLETED": "completed", "CANCELLED": "cancelled"}.get(
-                        final.primary_state, "failed")
-                    t = final.end_time or now
-                self._departures.append(Departure(job_id, t, state))
-                self._running.pop(job_id, None)
-                self._preempted.pop(job_id, None)
-                self._deferred.pop(job_id, None)
-                self.on_event(state, job_id, final.primary_state if final else "gone from squeue")
+        for job_id in reconciled:
+            self._credit_runs(job_id, finals[job_id])
+        waiting = set()
+        for job_id in gone:
+            if job_id not in finals:
+                waiting.add(job_id)           # its final state is not known yet
+                continue
+            state, t, detail = self._departure(job_id, finals[job_id], now)
+            self._departures.append(Departure(job_id, t, state, detail))
+            self._gone_since.pop(job_id, None)
+            self._running.pop(job_id, None)
+            self._preempted.pop(job_id, None)
+            self._deferred.pop(job_id, None)
+            self.on_event(state, job_id, detail)
+        self._unreconciled = waiting
         self._jobs = gavel
         self._others_gpus = others
         self._last_poll = now
+
+    # -- departures: Slurm's final state ---------------------------------------------------
+    @property
+    def accounting(self) -> bool:
+        """Whether `sacct` can answer (AccountingStorageType=accounting_storage/slurmdbd)."""
+        if self._accounting is None:
+            try:
+                self._accounting = self.cli.accounting()
+            except SlurmCommandError as e:
+                log.warning("cannot read Slurm's configuration (%s): departures are read "
+                            "from slurmctld only", e)
+                self._accounting = False
+        return self._accounting
+
+    def _final_states(self, gone: list[str], jobs: list[SlurmJob],
+                      now: float) -> dict[str, FinalState | None]:
+        """The final state of each job gone from the active queue; None: Slurm knows it
+        no more (lost).  A job missing from the answer waits for the next poll (sacct
+        failed: backing off, at most FINAL_STATE_PATIENCE_SECONDS)."""
+        if not gone:
+            return {}
+        listed = {x.job_id: x for x in jobs if x.job_id in set(gone) and x.finished}
+        runs: dict = {}
+        answered = not self.accounting
+        if self.accounting and self.final_backoff.ready(now):
+            try:
+                runs = parse_sacct(self.cli.sacct(gone))
+                answered = True
+                self.final_backoff.succeeded()
+            except SlurmCommandError as e:
+                delay = self.final_backoff.failed(now)
+                log.warning("sacct failed (next try in %.0f s): %s", delay, e)
+        out: dict[str, FinalState | None] = {}
+        for job in gone:
+            final = final_from_sacct(runs.get(job, ()))
+            if final is not None and final.finished:
+                out[job] = final
+            elif job in listed:               # slurmctld's record (slurmdbd may lag behind)
+                out[job] = final_from_job(listed[job], runs.get(job, ()))
+            elif answered or now - self._gone_since.setdefault(job, now) >= FINAL_STATE_PATIENCE_SECONDS:
+                out[job] = final              # None, or sacct's record of a run Slurm lost
+        return out
+
+    def _departure(self, job_id: str, final: FinalState | None, now: float) -> tuple[str, float, str]:
+        """(state, time, detail) of a departure, in words for the log and gqueue."""
+        if final is None:
+            log.warning("job %s: not known to Slurm any more: recorded lost", job_id)
+            return "lost", now, "not known to Slurm any more"
+        state = final.departure
+        if state == "lost":
+            log.warning("job %s: Slurm no longer runs it, but %s says %s: recorded lost",
+                        job_id, final.source, final.state)
+            return "lost", now, f"{final.source} says {final.state}, but Slurm no longer runs it"
+        detail = final.state + (f", exit code {final.exit_code}" if final.exit_code else "")
+        if final.signal:
+            detail += f", killed by signal {_signal_name(final.signal)}"
+        t = final.end or now
+        sig = getattr(signals, f"SIG{self.signal}", None)
+        preempted = self._preempted.get(job_id)
+        if state == "failed" and (sig is not None and final.signal == int(sig) or (
+                preempted is not None and t - preempted.at <= self.grace_seconds + 5)):
+            detail = (f"died at preemption: no signal handler? ({detail}; it was sent "
+                      f"SIG{self.signal} to checkpoint)")
+            log.warning("job %s %s", job_id, detail)
+        else:
+            log.info("job %s %s: %s (from %s)", job_id, state, detail, final.source)
+        return state, t, detail
+
+    def _credit_runs(self, job_id: str, final: FinalState | None) -> None:
+        """A job that ended while no daemon watched it: credit the part of each of its runs
+        after the last run stopped crediting (credited_until)."""
+        if self._credited_until is None or final is None:
+            return
+        for run in final.runs:
+            wt = self.partitions_get(run.partition)
+            if wt is None or run.end is None:
+                continue
+            begin = max(run.start or run.end, self._credited_until)
+            if run.end > begin:
+                self._credit(job_id, _Running(wt, run.nodes, begin), run.end)
 
     def partitions_get(self, partition: str) -> str | None:
         return self.partitions.get(partition)
@@ -486,6 +594,13 @@ class SlurmBackend:
             for job in jobs:
                 self.on_event("action_failed", job, f"{what}: {e}")
             return False
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name.removeprefix("SIG")
+    except ValueError:
+        return str(number)
 
 
 __all__ = ["GAVEL_PREFIX", "SlurmBackend", "discover_partitions"]

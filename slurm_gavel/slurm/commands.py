@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from ..core.errors import GavelError, InputError
+from .records import SACCT_FIELDS
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -32,6 +33,7 @@ SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # returns as a failure and reports whatever errno holds; with errno 0 the change
 # goes through.  Such a change is retried; Slurm's own (permanent) refusals are not.
 PARTITION_TRIES = 12
+SACCT_BATCH = 500                   # job ids per sacct call (one call for a usual poll)
 _PERMANENT = re.compile(r"invalid|denied|not pending|no longer pending|already (completed|finished)"
                         r"|not available|gavel|not supported|permission", re.IGNORECASE)
 
@@ -145,6 +147,25 @@ class SlurmCLI:
             if sep:
                 out[key.strip()] = value.strip()
         return out
+
+    def accounting(self) -> bool:
+        """Whether slurmctld stores accounting in slurmdbd (so that `sacct` answers)."""
+        return "slurmdbd" in self.config().get("AccountingStorageType", "")
+
+    def sacct(self, ids: Iterable[str], fields: Sequence[str] = SACCT_FIELDS,
+              batch: int = SACCT_BATCH) -> str:
+        """Every run (-D: a requeued job has one record per run) of these jobs, allocations
+        only (-X), as `--parsable2` lines of `fields` (records.parse_sacct reads them): one
+        call per `batch` ids.  --starttime: without it sacct looks at today only when -j is
+        missing, and not every version treats -j as "any time"."""
+        ids = job_ids(ids)
+        out = []
+        for i in range(0, len(ids), batch):
+            chunk = ids[i:i + batch]
+            out.append(self.run(["sacct", "--noheader", "--parsable2", "--allocations",
+                                 "--duplicates", "--starttime=1970-01-02", "--endtime=now",
+                                 f"--jobs={','.join(chunk)}", f"--format={','.join(fields)}"]).stdout)
+        return "".join(out)
 
     # -- acting -------------------------------------------------------------------
     def update(self, ids: Iterable[str], **fields: str) -> None:

@@ -69,7 +69,9 @@ class Daemon:
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
                                     start_timeout=config.start_timeout_seconds,
                                     on_event=self._event, credited_until=self.store.last_observed(),
-                                    progress_dir=config.progress_dir)
+                                    progress_dir=config.progress_dir,
+                                    # reconciled with Slurm on the first poll (a restart)
+                                    active_jobs=[j["id"] for j in self.store.jobs()])
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,
             # progress arrives every tick; one sample (and one exploration round) per round

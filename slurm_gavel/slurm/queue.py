@@ -30,6 +30,9 @@ COLUMNS = {
 KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fingerprint": "f",
              "explore": "?", "mean": "?", "default": "?"}
 DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,progress,reason"
+# How a job left, in the ST column (`--states`); its REASON is what Slurm said of its end.
+DEPARTED = {"completed": "CD", "failed": "F", "cancelled": "CA", "node_fail": "NF",
+            "timeout": "TO", "preempted": "PR", "lost": "LOST"}
 
 
 def _hours(seconds: float) -> str:
@@ -39,9 +42,12 @@ def _hours(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict], list[str]]:
-    """One dict per active job, with everything the table shows; and the worker types."""
-    jobs = store.jobs()
+def rows(store: SqliteStore, users=(), types=(), job_ids=(),
+         states=("active",)) -> tuple[list[dict], list[str]]:
+    """One dict per job in `states` (default: the active ones), with everything the table
+    shows; and the worker types."""
+    jobs = store.jobs(states)
+    ended = store.departure_details() if set(states) - {"active"} else {}
     meta, shares = store.latest_allocation()
     times = store.job_time()
     status = store.status_rows()
@@ -65,13 +71,17 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=()) -> tuple[list[dict]
         if job_ids and j["id"] not in job_ids:
             continue
         reason = st.get("reason") if st else "not yet scheduled (waiting for the next round)"
+        if j["state"] != "active":
+            wt, reason = None, ended.get(j["id"], j["state"])
         est = estimates.get(j["id"], {})
         first = next(iter(est.values()), {})          # phase and proxy are per job
         phase, proxy = first.get("phase"), first.get("proxy")
         out.append({
             "jobid": j["id"], "user": j["user"], "name": j["name"], "account": j["account"],
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
-            "st": st.get("state") or ("R" if wt else "PD"), "type": wt,
+            "st": (DEPARTED.get(j["state"], j["state"]) if j["state"] != "active"
+                   else st.get("state") or ("R" if wt else "PD")),
+            "state": j["state"], "finished": j.get("finished"), "type": wt,
             "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "interim_share": j["id"] in interim,
             "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},
@@ -163,6 +173,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--jobs", action="append", default=[], metavar="ID[,ID]", help="only these jobs")
     p.add_argument("-o", "--format", default=DEFAULT_FORMAT, metavar="COLS",
                    help=f"columns (default: {DEFAULT_FORMAT}; also: throughput, estimate)")
+    p.add_argument("-t", "--states", default="active", metavar="STATE[,STATE]",
+                   help="jobs in these states (default: active; also completed, failed, "
+                        "cancelled, node_fail, timeout, preempted, lost, or all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--cluster", action="store_true", help="per GPU type: GPUs, busy, share, utilization")
 
@@ -184,7 +197,7 @@ def run(args) -> int:
             print(json.dumps(data, indent=2) if args.json else cluster_table(data))
             return 0
         ids = [i for item in args.jobs for i in item.split(",") if i]
-        data, worker_types = rows(store, args.user, args.partition, ids)
+        data, worker_types = rows(store, args.user, args.partition, ids, _states(args.states))
         if args.json:
             print(json.dumps({"worker_types": worker_types, "jobs": data}, indent=2,
                              default=lambda v: None))
@@ -193,6 +206,18 @@ def run(args) -> int:
         return 0
     finally:
         store.close()
+
+
+def _states(text: str) -> tuple[str, ...]:
+    wanted = [s.strip().lower() for s in (text or "").split(",") if s.strip()]
+    known = ("active", *DEPARTED)
+    if "all" in wanted:
+        return known
+    bad = [s for s in wanted if s not in known]
+    if bad or not wanted:
+        raise InputError("--states", f"unknown state {', '.join(bad) or '(none)'!r} "
+                                     f"(states: {', '.join(known)}, all)")
+    return tuple(wanted)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

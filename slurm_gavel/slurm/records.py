@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Iterable
 
 # Job states in which a job holds or may soon hold resources.
@@ -310,11 +311,130 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
     return nodes
 
 
+# -- a job's final state: sacct (accounting) or slurmctld's memory (squeue) ------------------
+# The fields `SlurmCLI.sacct` asks for, in order (`sacct --parsable2 --format=...`); the same
+# names on 22.05 and 24.11.  JobIDRaw: an array task's own id.
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "Start", "End", "Partition", "NodeList")
+
+# Slurm's final job state -> how the scheduler records the job's departure.
+DEPARTURE_STATES = {"COMPLETED": "completed", "FAILED": "failed", "OUT_OF_MEMORY": "failed",
+                    "CANCELLED": "cancelled", "NODE_FAIL": "node_fail", "BOOT_FAIL": "node_fail",
+                    "TIMEOUT": "timeout", "DEADLINE": "timeout", "PREEMPTED": "preempted"}
+
+
+@dataclass(frozen=True)
+class SlurmRun:
+    """One run of a job (sacct -D gives one record per run of a requeued job)."""
+    job_id: str
+    state: str                  # base state: COMPLETED, FAILED, REQUEUED, RUNNING, ...
+    exit_code: int | None       # the job's own exit code (0-255)
+    signal: int | None          # the signal that killed it, if one did
+    start: float | None
+    end: float | None
+    partition: str = ""
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinalState:
+    """What Slurm says of a job that left the queue: its last run's state and the runs."""
+    job_id: str
+    state: str
+    exit_code: int | None
+    signal: int | None
+    end: float | None
+    runs: tuple[SlurmRun, ...]
+    source: str                 # "sacct" or "slurmctld"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    @property
+    def departure(self) -> str:
+        """completed / failed / cancelled / node_fail / timeout / preempted, else lost: a
+        job Slurm still calls running or pending that it no longer runs (a `slurmctld -c`)."""
+        return DEPARTURE_STATES.get(self.state, "lost") if self.finished else "lost"
+
+
+def _sacct_time(value: str) -> float | None:
+    """'2026-12-01T11:18:13' (local time, as sacct prints it), epoch seconds (with
+    SLURM_TIME_FORMAT=%s), or None for Unknown/None/empty."""
+    value = value.strip()
+    if not value or value in ("Unknown", "None", "N/A"):
+        return None
+    n = number(value)
+    if n is not None:
+        return n or None
+    try:
+        return datetime.fromisoformat(value).timestamp()   # naive: local, like sacct
+    except ValueError:
+        return None
+
+
+def _sacct_exit(value: str) -> tuple[int | None, int | None]:
+    """'3:0' -> (3, None); '0:12' -> (0, 12) (killed by signal 12)."""
+    code, _, sig = value.strip().partition(":")
+    code_n, sig_n = number(code), number(sig)
+    return (None if code_n is None else int(code_n)), (int(sig_n) if sig_n else None)
+
+
+def parse_sacct(output: str, fields: Iterable[str] = SACCT_FIELDS) -> dict[str, list[SlurmRun]]:
+    """`sacct -n --parsable2 -X -D --format=FIELDS` -> {job id: its runs, oldest first}.
+    Steps (ids with a dot) and lines of another shape are skipped."""
+    fields = [f.lower() for f in fields]
+    out: dict[str, list[SlurmRun]] = {}
+    for line in (output or "").splitlines():
+        values = line.split("|")
+        if len(values) < len(fields):
+            continue
+        row = dict(zip(fields, values))
+        job = (row.get("jobidraw") or row.get("jobid") or "").strip()
+        if not re.fullmatch(r"[0-9]+", job):
+            continue                      # a step (1.batch), an array spec, a header
+        state = states(row.get("state", "").split(" by ")[0])   # "CANCELLED by 0"
+        code, sig = _sacct_exit(row.get("exitcode", ""))
+        out.setdefault(job, []).append(SlurmRun(
+            job_id=job, state=state[0] if state else "UNKNOWN", exit_code=code, signal=sig,
+            start=_sacct_time(row.get("start", "")), end=_sacct_time(row.get("end", "")),
+            partition=row.get("partition", "").strip(),
+            nodes=tuple(n for n in expand_hostlist(row.get("nodelist", "").strip())
+                        if n != "None assigned")))
+    for runs in out.values():             # sacct lists a job's later runs after other jobs
+        runs.sort(key=lambda r: (r.start is None, r.start or 0.0))
+    return out
+
+
+def final_from_sacct(runs: Iterable[SlurmRun]) -> FinalState | None:
+    """The final state of a job from its sacct records (the last run decides)."""
+    runs = tuple(runs)
+    if not runs:
+        return None
+    last = runs[-1]
+    return FinalState(last.job_id, last.state, last.exit_code, last.signal, last.end, runs, "sacct")
+
+
+def final_from_job(job: SlurmJob, runs: Iterable[SlurmRun] = ()) -> FinalState:
+    """The final state of a finished job slurmctld still lists (squeue / scontrol): its exit
+    code reads 128 + N when signal N killed it (records._exit_code).  `runs`: its earlier
+    runs from sacct, when known; this record is its last."""
+    code = job.exit_code
+    sig = code - 128 if code is not None and 128 < code < 160 else None
+    last = SlurmRun(job.job_id, job.primary_state, None if sig else code, sig, job.start_time,
+                    job.end_time, job.partition, job.nodes)
+    earlier = tuple(r for r in runs if r.end is not None and (job.start_time is None
+                                                              or r.end <= job.start_time))
+    return FinalState(job.job_id, job.primary_state, last.exit_code, sig, job.end_time,
+                      earlier + (last,), "slurmctld")
+
+
 def slurm_release(data: dict) -> str:
     meta = (data.get("meta") or {})
     slurm = meta.get("Slurm") or meta.get("slurm") or {}
     return text(slurm.get("release"))
 
 
-__all__ = ["ACTIVE_STATES", "FINISHED_STATES", "SlurmJob", "SlurmNode", "expand_hostlist",
-           "gpu_request", "number", "parse_jobs", "parse_nodes", "slurm_release", "states"]
+__all__ = ["ACTIVE_STATES", "DEPARTURE_STATES", "FINISHED_STATES", "FinalState", "SACCT_FIELDS",
+           "SlurmJob", "SlurmNode", "SlurmRun", "expand_hostlist", "final_from_job",
+           "final_from_sacct", "gpu_request", "number", "parse_jobs", "parse_nodes", "parse_sacct",
+           "slurm_release", "states"]

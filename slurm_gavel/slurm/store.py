@@ -217,7 +217,8 @@ class SqliteStore:
             self.db.execute("update jobs set state = ?, finished = ? where id = ?",
                             [departure.state, departure.time, departure.id])
             self.db["events"].insert({"time": departure.time, "kind": departure.state,
-                                      "job": departure.id, "detail": None})
+                                      "job": departure.id,
+                                      "detail": getattr(departure, "detail", "") or None})
             self.db.execute("delete from status where job = ?", [departure.id])
 
     # -- daemon extras ----------------------------------------------------------------
@@ -266,6 +267,16 @@ class SqliteStore:
         marks = ",".join("?" * len(states))
         return [dict(r) for r in self.db.query(f"select * from jobs where state in ({marks}) "
                                                 f"order by cast(id as integer), id", states)]
+
+    def departure_details(self) -> dict[str, str]:
+        """job -> what its departure event says (its final state in words), latest first wins."""
+        out: dict[str, str] = {}
+        for job, detail in self.db.execute(
+                "select e.job, e.detail from events e join jobs j on j.id = e.job "
+                "where e.kind = j.state and j.state != 'active' and e.detail is not null "
+                "order by e.id"):
+            out[job] = detail
+        return out
 
     def status_rows(self) -> dict[str, dict]:
         return {r["job"]: r for r in self.db.query("select * from status")}
