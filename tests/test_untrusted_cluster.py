@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -80,3 +81,67 @@ def test_a_fifo_and_a_symlink_for_progress_files_neither_stall_nor_fool_the_daem
     for job in (fifo_job, link_job):
         assert by_id[job]["steps_done"] is not None     # from the spool: only the bad file is lost
     cluster.run(["scancel", fifo_job, link_job, named], check=False)
+
+
+STALLING_SQUEUE = """#!/bin/bash
+# squeue as Slurm ships it, until the test asks it to hang (an unresponsive slurmctld
+# on a loaded cluster): then it sleeps, its pid in a file the test kills it by.
+if [ -e "$(dirname "$0")/stall" ]; then
+  echo $$ > "$(dirname "$0")/stalled.pid"
+  exec sleep 600
+fi
+exec {real} "$@"
+"""
+
+
+def test_a_second_sigterm_ends_a_daemon_stuck_in_a_step(clean, tmp_path):
+    """The daemon waits on a squeue that hangs (inside its command timeout): the first
+    SIGTERM asks it to stop after the step, the second ends it at once."""
+    cluster = clean
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sbatch", "scontrol", "scancel", "sacct", "sinfo", "sprio", "sshare"):
+        if shutil.which(tool):
+            os.symlink(shutil.which(tool), bin_dir / tool)
+    (bin_dir / "squeue").write_text(STALLING_SQUEUE.format(real=shutil.which("squeue")))
+    (bin_dir / "squeue").chmod(0o755)
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1,
+                          slurm_bin_dir=str(bin_dir), command_timeout_seconds=120)
+    submit(cluster, tmp_path, "convnet", 1, 30)
+    daemon = start_daemon(config)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(daemon.stdout), daemon=True)
+    reader.start()
+    stalled = bin_dir / "stalled.pid"
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(re.search(r"round 1: ", x) for x in lines):
+            time.sleep(0.5)
+        assert any(re.search(r"round 1: ", x) for x in lines), "".join(lines)[-3000:]
+        (bin_dir / "stall").touch()
+        deadline = time.time() + 10
+        while time.time() < deadline and not stalled.exists():
+            time.sleep(0.2)
+        assert stalled.exists()
+        time.sleep(0.5)
+        daemon.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert daemon.poll() is None             # the step (squeue) still holds it up
+        began = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=20)
+        took = time.monotonic() - began
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        if stalled.exists():
+            try:
+                os.kill(int(stalled.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+    reader.join(10)
+    log = "".join(lines)
+    assert took < 3, took
+    assert daemon.returncode == 1
+    assert "a second stop signal: exiting now" in log, log[-2000:]
