@@ -7,10 +7,12 @@ read backwards.  `printable` replaces every such character by a visible escape
 (``\\x1b``, ``\\n``, ``\\u202e``); `clean` does it to every string of a JSON-able
 structure -- the escaped text is then what the JSON strings hold, so ``jq -r``
 output is as safe as the table -- and turns non-finite numbers into strings
-(``"inf"``), which keeps the JSON valid.
+(``"inf"``), which keeps the JSON valid.  `PrintableLog` does it to the daemon's log
+messages (a job's comment or a path in a user's directory may be quoted there).
 """
 from __future__ import annotations
 
+import logging
 import math
 import re
 import unicodedata
@@ -56,4 +58,15 @@ def clean(value):
     return value
 
 
-__all__ = ["clean", "printable"]
+class PrintableLog(logging.Filter):
+    """A handler filter: each record's message, its arguments filled in, made `printable`.
+    Tracebacks are left alone: they are the program's own text."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not (message.isascii() and message.isprintable()):
+            record.msg, record.args = printable(message), None
+        return True
+
+
+__all__ = ["PrintableLog", "clean", "printable"]

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from . import config as config_mod
 from ..core.clock import WallClock
+from ..core.display import PrintableLog
 from ..core.engine import Engine
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
@@ -235,6 +236,8 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
          log_level: str = "INFO") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
     config = config_mod.load(config_path)
     daemon = Daemon(config, dry_run=dry_run)
     signal.signal(signal.SIGTERM, daemon.request_stop)
