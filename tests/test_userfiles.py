@@ -61,6 +61,14 @@ def test_a_symlink_to_a_root_only_file_is_never_followed(tmp_path):
     os.symlink(secret, work / ".gavel")
     with pytest.raises(UnsafeFile, match="symlink"):
         read_tail(work / ".gavel" / "7.jsonl")
+    # .gavel itself a FIFO: refused at once too
+    fifo_dir = tmp_path / "work3"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / ".gavel")
+    began = time.monotonic()
+    with pytest.raises(UnsafeFile, match="not a directory"):
+        read_tail(fifo_dir / ".gavel" / "7.jsonl")
+    assert time.monotonic() - began < 1.0
     # the admin's configured spool may be reached through a symlink; its files may not
     os.symlink(secret, tmp_path / "spool")
     assert parse_records(read_tail(tmp_path / "spool" / "7.jsonl", trusted_dir=True).data)[0]["step"] == 99

@@ -266,6 +266,7 @@ class SlurmBackend:
                 # the configured spool is the admin's (may be reached through a symlink)
                 requests[path] = {"owner_uid": uid, "trusted_dir": bool(self.progress_dir) and i == 0}
         tails = self._user_files.read_all(requests)
+        self._progress = {p: v for p, v in self._progress.items() if p in requests}   # jobs gone
         for job_id, paths in wanted.items():
             j = self._jobs[job_id]
             for path in paths:

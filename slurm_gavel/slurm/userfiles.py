@@ -146,17 +146,24 @@ class UserFiles:
         self.timeout, self.max_bytes, self.log_every, self.clock = timeout, max_bytes, log_every, clock
         self._stuck: dict[str, _Read] = {}
         self._logged: dict[str, float] = {}
-        self._uids: dict[str, int | None] = {}
+        self._uids: dict[str, tuple[int | None, float]] = {}    # user -> (uid, looked up at)
 
     def uid(self, user: str) -> int | None:
-        if user not in self._uids:
-            self._uids[user] = user_uid(user)
-        return self._uids[user]
+        """The uid of `user`, looked up again after `log_every` s (a user added later)."""
+        now = self.clock()
+        cached = self._uids.get(user)
+        if cached is None or now - cached[1] >= self.log_every:
+            cached = self._uids[user] = (user_uid(user), now)
+        return cached[0]
 
     def read_all(self, requests: dict[str, dict]) -> dict[str, Tail | None]:
         """{path: read_tail keyword arguments} -> {path: Tail or None}; a path that was
         refused, failed or did not answer within `timeout` is left out (and logged)."""
-        deadline = self.clock() + self.timeout
+        now = self.clock()
+        deadline = now + self.timeout
+        # forget what no longer matters: finished reads of paths not asked for, old log times
+        self._stuck = {p: r for p, r in self._stuck.items() if p in requests or r.is_alive()}
+        self._logged = {k: t for k, t in self._logged.items() if now - t < self.log_every}
         reads = {}
         for path, kwargs in requests.items():
             r = self._stuck.get(path)
