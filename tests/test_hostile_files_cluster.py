@@ -1,4 +1,4 @@
-"""Users cannot stall, crash or fool the daemon, on the real local Slurm cluster:
+"""Users cannot stall, crash or fool the daemon through files or text, on the real local Slurm cluster:
 a FIFO and a symlink to /etc/shadow as progress files, a job name full of terminal
 escapes -- rounds go on, SIGTERM stops the daemon at once, gqueue prints it all escaped."""
 from __future__ import annotations
