@@ -8,6 +8,13 @@ from slurm_gavel.slurm.queue import main
 from test_sqlite_store import run
 
 
+def strict_json(text: str):
+    """json.loads, refusing what is not JSON but Python reads (Infinity, NaN)."""
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
 def test_gqueue_shows_each_job_and_why_it_waits(tmp_path, capsys):
     db = tmp_path / "state.db"
     run(db, rounds=20, n_jobs=6)
@@ -26,7 +33,7 @@ def test_gqueue_json_filters_and_columns(tmp_path, capsys):
     db = tmp_path / "state.db"
     run(db, rounds=20, n_jobs=6)
     assert main(["--db", str(db), "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = strict_json(capsys.readouterr().out)      # an infinite priority is not `Infinity`
     assert data["worker_types"] and data["jobs"]
     job = data["jobs"][0]["jobid"]
     assert main(["--db", str(db), "-j", job, "-o", "jobid,st,reason"]) == 0

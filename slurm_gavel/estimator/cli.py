@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from ..core.display import clean
 from ..core.errors import GavelError, InputError
 from .table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
@@ -346,7 +347,7 @@ def show_text(data: dict) -> str:
         for r in measured:
             lines.append(f"  {r['model']:<{width}} {r['scale_factor']:>4} {r['worker_type']:<8} "
                          f"{r['partner'] or '-':<{pw}} {'spread' if r['spread'] else 'packed':<9} "
-                         f"{r['steps_per_second']:>10.4g} {r['samples']:>7}")
+                         f"{_number(r['steps_per_second']):>10} {r['samples']:>7}")
     lines.append("")
     lines.append("ESTIMATES (active jobs; what the policy was last given)")
     estimates = data["estimates"]
@@ -358,8 +359,7 @@ def show_text(data: dict) -> str:
         lines.append(f"  {'JOBID':<{jw}} {'MODEL':<{width}} {'GPUS':>4} {'TYPE':<8} {'STEPS/S':>10} "
                      f"{'KIND':<11} {'CONF':>5} {'SAMPLES':>7}  PHASE")
         for e in estimates:
-            value = e["steps_per_second"]
-            text = "-" if value is None or not math.isfinite(value) else f"{value:.4g}"
+            text = _number(e["steps_per_second"])
             phase = e["phase"] + (f" (like {e['proxy']})" if e["phase"] == "fingerprint" and e["proxy"] else "")
             lines.append(f"  {e['job']:<{jw}} {e['model']:<{width}} {e['scale_factor']:>4} "
                          f"{e['worker_type']:<8} {text:>10} {e['kind']:<11} {e['confidence']:>5.2f} "
@@ -367,15 +367,21 @@ def show_text(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _number(value) -> str:
+    """A steps/s of `clean`ed data: inf and nan are strings there, shown as "-"."""
+    return "-" if value is None or isinstance(value, str) else f"{value:.4g}"
+
+
 def _show(args) -> int:
     from ..slurm.store import SqliteStore
 
     store = SqliteStore(_database(args), readonly=True)
     try:
-        data = show_data(store, args.model, args.pairs)
+        data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text
     finally:
         store.close()
-    print(json.dumps(data, indent=2) if args.json else show_text(data))
+    print(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) if args.json
+          else show_text(data))
     return 0
 
 

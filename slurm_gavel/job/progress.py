@@ -27,7 +27,7 @@ in the job's working directory.
 Each record is written with one ``write`` on a descriptor opened with
 ``O_APPEND``: records of every restart accumulate in the same file, the file works
 on a shared filesystem (one writer per job: rank 0), and a crash can at worst
-leave a torn last line, which `read_progress` skips.
+leave a torn last line, which `parse_records` skips.
 
 This module imports nothing beyond the standard library: the daemon and the
 jobs both use it.
@@ -35,6 +35,7 @@ jobs both use it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,21 +96,37 @@ def append_record(path, record: Mapping) -> None:
 def read_progress(path) -> list[dict]:
     """Every record in `path`, oldest first; [] when the file does not exist.
 
-    Lines that are not a JSON object (a torn last line after a crash, a line torn
-    by a full disk) are skipped; so is a line without its newline at the end of
-    the file, which a writer may still be completing.
+    For the job's own side and tests: the daemon never opens users' files this way
+    (it reads a bounded tail with `slurm_gavel.slurm.userfiles`, then `parse_records`).
     """
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return []
+    return parse_records(data)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number a record may hold")
+
+
+def parse_records(data: bytes, torn_start: bool = False) -> list[dict]:
+    """The records in `data` (the bytes of a progress file), oldest first.
+
+    Lines that are not a JSON object (a torn last line after a crash, a line torn
+    by a full disk, ``NaN`` or ``Infinity``, which `append_record` never writes) are
+    skipped; so is a line without its newline at the end, which a writer may still
+    be completing, and with `torn_start` (`data` is a file's tail) the first line.
+    """
     lines = data.split(b"\n")
     lines.pop()          # after the last newline: "" or an incomplete line
+    if torn_start and lines:
+        lines.pop(0)
     out = []
     for line in lines:
         try:
-            record = json.loads(line)
-        except ValueError:
+            record = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
             continue
         if isinstance(record, dict):
             out.append(record)
@@ -122,27 +139,46 @@ def latest(path) -> dict | None:
     return records[-1] if records else None
 
 
+def _number(value) -> float | None:
+    """`value` as a finite float, None for anything else (a record is the user's)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:            # an int beyond float range
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def summary(records: list[dict]) -> dict | None:
     """What the daemon needs from one job's records: None when there are none.
 
     ``step`` and ``total_steps`` come from the newest record; ``steps_per_second``
     is the newest measured rate (progress, checkpoint or done records) on the
     newest record's partition; ``done`` says whether the newest record is ``done``.
+    Values of the wrong type (a partition that is not a string, a step that is not a
+    finite number) are None.
     """
     if not records:
         return None
     last = records[-1]
+    partition = _text(last.get("partition"))
     rate = None
     for r in reversed(records):
-        if r.get("partition") != last.get("partition"):
+        if _text(r.get("partition")) != partition:
             break
         if r.get("event") == "start":
             continue
-        if isinstance(r.get("steps_per_second"), (int, float)) and r["steps_per_second"] > 0:
-            rate = float(r["steps_per_second"])
+        speed = _number(r.get("steps_per_second"))
+        if speed is not None and speed > 0:
+            rate = speed
             break
-    return {"step": last.get("step"), "total_steps": last.get("total_steps"),
-            "steps_per_second": rate, "partition": last.get("partition"),
-            "node": last.get("node"), "restart": last.get("restart"),
-            "event": last.get("event"), "time": last.get("time"),
+    return {"step": _number(last.get("step")), "total_steps": _number(last.get("total_steps")),
+            "steps_per_second": rate, "partition": partition,
+            "node": _text(last.get("node")), "restart": _number(last.get("restart")),
+            "event": _text(last.get("event")), "time": _number(last.get("time")),
             "done": last.get("event") == "done"}

@@ -51,11 +51,12 @@ from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.errors import GavelError, InputError
 from .flags import from_admin_comment
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
-from ..job.progress import candidate_paths, read_progress, summary
+from ..job.progress import candidate_paths, parse_records, summary
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
 from .feasibility import judge
+from .userfiles import UserFiles
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -147,7 +148,8 @@ class SlurmBackend:
         self._accounting = accounting                  # None: ask slurmctld once
         self.final_backoff = Backoff()                 # sacct, separately from the poll
         self._gone_since: dict[str, float] = {}        # final state not read yet
-        self._progress: dict[str, tuple] = {}          # path -> ((mtime, size), summary)
+        self._progress: dict[str, tuple] = {}          # path -> (file key, summary)
+        self._user_files = UserFiles()                 # users' files: safe, bounded reads
         self._nodes = parse_nodes(self.cli.nodes())    # fail early: Slurm must answer once
         self.partitions = dict(partitions) if partitions else discover_partitions(self._nodes)
         if not self.partitions:
@@ -469,29 +471,47 @@ class SlurmBackend:
 
     def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:
         """Steps done and measured steps/s of each job, from the progress files its iterator
-        writes (a file is re-read only when it changed)."""
+        writes.  Users control those files: they are read through `UserFiles` (regular files
+        owned by the job's user only, no symlinks, a bounded tail, a bounded wait; a refused
+        file is logged and costs its job its report); a file is parsed only when it changed."""
         done: dict[str, float] = {}
         seen: list[Measurement] = []
+        wanted: dict[str, list] = {}
+        requests: dict[str, dict] = {}
         for state in states:
             j = self._jobs.get(state.id)
-            for path in candidate_paths(state.id, j.work_dir if j else None, self.progress_dir):
-                try:
-                    st = path.stat()
-                except OSError:
+            if j is None:
+                continue
+            uid = self._user_files.uid(j.user)
+            if uid is None:
+                self._user_files.warn(f"user {j.user}", f"job {state.id}: user {j.user!r} is "
+                                      "unknown here, so its files cannot be checked")
+                continue
+            paths = [str(p) for p in candidate_paths(state.id, j.work_dir or None, self.progress_dir)]
+            wanted[state.id] = paths
+            for i, path in enumerate(paths):
+                # the configured spool is the admin's (may be reached through a symlink)
+                requests[path] = {"owner_uid": uid, "trusted_dir": bool(self.progress_dir) and i == 0}
+        tails = self._user_files.read_all(requests)
+        self._progress = {p: v for p, v in self._progress.items() if p in requests}   # jobs gone
+        for job_id, paths in wanted.items():
+            j = self._jobs[job_id]
+            for path in paths:
+                tail = tails.get(path)
+                if tail is None:
                     continue
-                key = (st.st_mtime_ns, st.st_size)
-                cached = self._progress.get(str(path))
-                if cached is None or cached[0] != key:
-                    cached = (key, summary(read_progress(path)))
-                    self._progress[str(path)] = cached
+                cached = self._progress.get(path)
+                if cached is None or cached[0] != tail.key:
+                    cached = (tail.key, summary(parse_records(tail.data, torn_start=tail.truncated)))
+                    self._progress[path] = cached
                 info = cached[1]
                 if info is None:
                     continue
-                if isinstance(info.get("step"), (int, float)):
-                    done[state.id] = float(info["step"])
+                if info.get("step") is not None:
+                    done[job_id] = float(info["step"])
                 wt = self.partitions.get(info.get("partition") or "")
-                if info.get("steps_per_second") and wt and j is not None and j.running:
-                    seen.append(Measurement(state.id, wt, float(info["steps_per_second"])))
+                if info.get("steps_per_second") and wt and j.running:
+                    seen.append(Measurement(job_id, wt, float(info["steps_per_second"])))
                 break
         return done, tuple(seen)
 

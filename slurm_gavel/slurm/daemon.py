@@ -8,7 +8,11 @@ progress reports measured, the configured table for models it knows, and for
 other models a few rounds of exploration, then a fingerprint against the
 table), and the SQLite store that `slurm-gavel queue` and
 `slurm-gavel throughputs show` read.  SIGTERM or SIGINT ends it after the current step; SIGHUP re-reads the
-configuration (a bad new one is logged and the old one kept).
+configuration (a bad new one is logged and the old one kept).  The signal handlers only
+set flags; nothing the daemon waits on can block for ever (Slurm commands have a timeout,
+users' files are read by `userfiles` with a time bound), and should a step still hang, the
+process exits anyway: at a second SIGTERM/SIGINT, or `stop_deadline` seconds after the
+first (the database is committed round by round: a restart loses nothing).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Callable, Sequence
 
 from . import config as config_mod
 from ..core.clock import WallClock
+from ..core.display import PrintableLog
 from ..core.engine import Engine
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
@@ -82,6 +87,7 @@ class Daemon:
                              space_sharing=config.space_sharing,
                              solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2))
         self._reload = False
+        self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
         log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
                  config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
@@ -144,8 +150,25 @@ class Daemon:
 
     # -- control ------------------------------------------------------------------
     def request_stop(self, *_):
+        if self.clock.stopping.is_set():
+            self._exit_now("a second stop signal")
         log.info("stopping after the current step")
         self.clock.stop()
+        self._watchdog = threading.Timer(self.stop_deadline(), self._exit_now, args=(
+            f"still running {self.stop_deadline():.0f} s after the stop signal",))
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def stop_deadline(self) -> float:
+        """How long a stop may take: the last observation runs a few Slurm commands."""
+        return 2 * self.config.command_timeout_seconds + 10
+
+    @staticmethod
+    def _exit_now(why: str):
+        log.error("%s: exiting now, without the final observation", why)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
 
     def request_reload(self, *_):
         self._reload = True
@@ -202,6 +225,8 @@ class Daemon:
             except GavelError as e:
                 log.error("final observation failed: %s", e)
             self.store.close()
+            if self._watchdog is not None:
+                self._watchdog.cancel()     # stopped in time (matters when run in-process)
         log.info("stopped after round %d", self.engine.round - 1)
         return 0
 
@@ -226,6 +251,8 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
          log_level: str = "INFO") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
     config = config_mod.load(config_path)
     daemon = Daemon(config, dry_run=dry_run)
     signal.signal(signal.SIGTERM, daemon.request_stop)

@@ -8,15 +8,20 @@ ST is what Slurm really does: R only for a job Slurm runs, S for one released
 but not started yet, W for one the daemon holds back (REASON says why: Slurm's
 pending reason, its backoff), PD otherwise; BUSY and UTIL count only GPUs that
 Slurm runs jobs on.
+
+Names, users, accounts, models and reasons come from users: every string is passed
+through `core.display.clean` before it is printed, in the table and in ``--json``
+(control and bidi characters escaped visibly, e.g. ``\\x1b``; an infinite priority
+is the string ``"inf"``, so the JSON is strict JSON).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Sequence
 
+from ..core.display import clean
 from ..core.errors import GavelError, InputError
 from .store import SqliteStore
 
@@ -118,6 +123,11 @@ def cluster_rows(store: SqliteStore) -> list[dict]:
     return out
 
 
+def _number(v) -> str:
+    """A number of a `clean`ed row: "inf" is already a string there."""
+    return "-" if v is None else (v if isinstance(v, str) else f"{v:.3g}")
+
+
 def _cell(row: dict, key: str, worker_types: list[str]) -> str:
     v = row.get(key)
     if key == "share":
@@ -133,10 +143,10 @@ def _cell(row: dict, key: str, worker_types: list[str]) -> str:
     if key == "throughput":
         # the number, marked by where it comes from: nothing = measured, ~ learned from
         # jobs of the same model, h hint, r reference table, f fingerprint, ? a guess
-        return "/".join(f"{v[t]['steps_per_second']:.3g}{KIND_MARK.get(v[t]['kind'], '?')}"
+        return "/".join(f"{_number(v[t]['steps_per_second'])}{KIND_MARK.get(v[t]['kind'], '?')}"
                         if t in v else "-" for t in worker_types) if v else "-"
     if key == "priority":
-        return "-" if v is None else ("inf" if math.isinf(v) else f"{v:.3g}")
+        return _number(v)
     if v is None or v == "":
         return "-"          # keeps the columns aligned for `awk` and friends
     return str(v)
@@ -189,18 +199,22 @@ def database_path(args) -> str:
     return config_mod.load(path).database
 
 
+def dumps(data) -> str:
+    """`data` (already `clean`ed: no raw control characters, no inf) as strict JSON."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=lambda v: None)
+
+
 def run(args) -> int:
     store = SqliteStore(database_path(args), readonly=True)
     try:
         if args.cluster:
-            data = cluster_rows(store)
-            print(json.dumps(data, indent=2) if args.json else cluster_table(data))
+            data = clean(cluster_rows(store))
+            print(dumps(data) if args.json else cluster_table(data))
             return 0
         ids = [i for item in args.jobs for i in item.split(",") if i]
-        data, worker_types = rows(store, args.user, args.partition, ids, _states(args.states))
+        data, worker_types = clean(rows(store, args.user, args.partition, ids, _states(args.states)))
         if args.json:
-            print(json.dumps({"worker_types": worker_types, "jobs": data}, indent=2,
-                             default=lambda v: None))
+            print(dumps({"worker_types": worker_types, "jobs": data}))
         else:
             print(table(data, worker_types, args.format))
         return 0
