@@ -230,3 +230,15 @@ def test_estimator_settings_reach_the_rules():
                                    "trusted_users": ["ops"], "max_steps_per_second": 1000}})
     assert cfg.estimator == Trust(ceiling=4.0, shared_min_users=3, agreement=1.2,
                                   trusted_users=frozenset({"ops"}), max_steps_per_second=1000.0)
+
+
+def test_a_report_from_before_the_job_was_looked_up_gets_its_models_ceiling_too():
+    """A daemon restarting: a running job's report arrives before its model is known, so only
+    the type's ceiling (10 x the fastest row, 600 on v100) applies then; the model's (400)
+    still keeps it out of the shared row, and the job's own row is cut to it."""
+    est = EstimatingThroughputs(table())                    # shares everything plausible
+    est.record([Measurement("5", "v100", 500.0)])
+    est.lookup([job(5, "mallory")], TYPES)
+    est.lookup([job(5, "mallory"), job(6, "bob")], TYPES)
+    assert row(est, "6") == pytest.approx(CONV)
+    assert row(est, "5")["v100"] == pytest.approx(400.0)

@@ -676,7 +676,8 @@ class EstimatingThroughputs:
                 mkey = self._model_key(key)
                 if mkey is None:
                     self._pending.append((key, value))
-                elif self._shareable(key, mkey):
+                elif value <= self.ceilings(*mkey[:3]) and self._shareable(key, mkey):
+                    # (recorded before its model was known: against the type's ceiling only)
                     self._add_model(mkey, value, now, touched)
                     keys.add(mkey)
             if self.store is not None and keys:
