@@ -8,7 +8,10 @@ the policy's T is built here from three sources, best first:
    counted, per job ``(job, worker type, partner job, spread)`` and per model
    ``(model, scale factor, worker type, partner model, spread)``; a job with no
    measurement of its own on a type uses its model's (other jobs of the same
-   model taught us) unless `share_across_jobs` is off.
+   model taught us) unless `share_across_jobs` is off.  Reports are untrusted
+   (estimator/trust.py): one that is not finite >= 0 or exceeds its ceiling is
+   dropped, and a model's row learns from a job only when its user is trusted
+   or enough distinct users agree; a job's own reports shape its own row.
 2. **The user's hint** (``speeds=v100:4.2,...`` in the job's flags,
    `JobState.speeds`): steps/s on the types it names, rescaled to what the
    job was measured at, like a reference row; trusted below a measurement
