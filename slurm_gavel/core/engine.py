@@ -36,6 +36,7 @@ from .mechanism import Ledger, RoundPlan, plan_round
 from .model import Allocation, PolicyInput
 from .store import MemoryStore, Store
 from .throughputs import JobThroughputs, ThroughputSource
+from .weights import WeightLimits
 
 log = logging.getLogger("slurm_gavel.engine")
 
@@ -57,15 +58,22 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
                        throughputs: JobThroughputs,
                        worker_types: Sequence[str], counts: np.ndarray, now: float,
                        prices: Mapping[str, float] | None = None,
-                       gpus_per_node: np.ndarray | None = None) -> PolicyInput:
-    """The policy's view of the active jobs at `now` (throughputs looked up for `jobs`)."""
+                       gpus_per_node: np.ndarray | None = None,
+                       weight_limits: WeightLimits | None = None) -> PolicyInput:
+    """The policy's view of the active jobs at `now` (throughputs looked up for `jobs`).
+
+    With `weight_limits` the jobs' weights are capped, clamped and normalized
+    first (core/weights.py), so that no job's weight can zero out the others'.
+    """
     t = throughputs
+    weights = (np.array([j.weight for j in jobs], dtype=float) if weight_limits is None
+               else weight_limits.apply(jobs))
     prices = prices or {}
     return PolicyInput(
         worker_types=tuple(worker_types), counts=np.asarray(counts, dtype=float),
         job_ids=tuple(j.id for j in jobs), throughputs=t.solo,
         scale_factors=np.array([j.scale_factor for j in jobs], dtype=np.int64),
-        weights=np.array([j.weight for j in jobs], dtype=float),
+        weights=weights,
         prices=np.array([prices.get(wt, np.nan) for wt in worker_types], dtype=float),
         entities=tuple(j.entity for j in jobs),
         steps_remaining=np.array([j.total_steps - steps_done.get(j.id, 0.0) for j in jobs], dtype=float),
@@ -112,7 +120,8 @@ class Engine:
                  store: Store | None = None, round_seconds: float = DEFAULT_ROUND_SECONDS,
                  prices: Mapping[str, float] | None = None, space_sharing: bool = False,
                  recompute_seconds: float | None = None,
-                 min_reset_seconds: float = DEFAULT_RESET_SECONDS, solve_patience: float = 0.0):
+                 min_reset_seconds: float = DEFAULT_RESET_SECONDS, solve_patience: float = 0.0,
+                 weight_limits: WeightLimits | None = None):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         self.clock, self.backend, self.allocator = clock, backend, allocator
@@ -127,6 +136,9 @@ class Engine:
         # can be waited on): most solves take milliseconds, and waiting that long
         # beats placing the newcomers on agnostic shares for a whole round.
         self.solve_patience = float(solve_patience)
+        # Users write their jobs' weights: bounded before any policy sees them (None: as given)
+        self.weight_limits = weight_limits
+        self._weights_noted: set[str] = set()
         self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
         self.ledger = Ledger(self.worker_types)
@@ -308,8 +320,23 @@ class Engine:
             table = self._masked(jobs, self.throughputs.lookup(jobs, self.worker_types, include_pairs=True))
         elif not fits.all():
             table = replace(table, solo=table.solo[fits], unconsolidated=table.unconsolidated[fits])
+        if self.weight_limits is not None:
+            self._note_weights(jobs)
         return build_policy_input(jobs, obs.steps_done, table, self.worker_types, counts, now,
-                                  self.prices, per_node)
+                                  self.prices, per_node, self.weight_limits)
+
+    def _note_weights(self, jobs: Sequence[JobState]) -> None:
+        """Log once per job whose weight the limits changed (the admin may wonder)."""
+        for j in jobs:
+            if j.id in self._weights_noted:
+                continue
+            bounded = self.weight_limits.bounded(j.weight, j.user, j.account)
+            if bounded != j.weight:
+                self._weights_noted.add(j.id)
+                log.info("job %s: weight %.6g bounded to %.6g by the configured limits",
+                         j.id, j.weight, bounded)
+        if len(self._weights_noted) > 100000:
+            self._weights_noted.clear()
 
     def _masked(self, jobs: Sequence[JobState], table: JobThroughputs) -> JobThroughputs:
         """`table` with NaN (infeasible) on every worker type a job's `placement` rules out."""

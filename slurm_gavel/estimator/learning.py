@@ -8,7 +8,10 @@ the policy's T is built here from three sources, best first:
    counted, per job ``(job, worker type, partner job, spread)`` and per model
    ``(model, scale factor, worker type, partner model, spread)``; a job with no
    measurement of its own on a type uses its model's (other jobs of the same
-   model taught us) unless `share_across_jobs` is off.
+   model taught us) unless `share_across_jobs` is off.  Reports are untrusted
+   (estimator/trust.py): one that is not finite >= 0 or exceeds its ceiling is
+   dropped, and a model's row learns from a job only when its user is trusted
+   or enough distinct users agree; a job's own reports shape its own row.
 2. **The user's hint** (``speeds=v100:4.2,...`` in the job's flags,
    `JobState.speeds`): steps/s on the types it names, rescaled to what the
    job was measured at, like a reference row; trusted below a measurement
@@ -56,6 +59,7 @@ import numpy as np
 
 from ..core.throughputs import JobThroughputs
 from .table import ThroughputTable
+from .trust import Ceilings, DropLog, Trust, agreeing_users, within
 
 log = logging.getLogger("slurm_gavel.estimator")
 
@@ -372,6 +376,7 @@ class _Job:
     model: str
     scale_factor: int
     speeds: tuple = ()            # the user's hint: ((worker type, steps/s), ...)
+    user: str = ""                # whose job it is (for the consensus of shared rows)
     version: int = 0              # bumped when its own measurements move materially
     last_lookup: int = 0
 
@@ -398,6 +403,10 @@ class EstimatingThroughputs:
     store: keeps measurements across restarts and the current estimates
         (`load_throughputs`, `save_throughputs`, `forget_job_throughputs`,
         `save_estimates`; see SqliteStore).
+    trust: what a report must pass (estimator/trust.py): reports above the
+        ceiling are dropped; a model-level row learns from a job only when its
+        user is trusted or enough users agree.  Default `Trust()`: every
+        plausible report is shared (the simulator's honest jobs).
     """
 
     def __init__(self, reference: ThroughputTable | None = None, *,
@@ -407,12 +416,19 @@ class EstimatingThroughputs:
                  leave_one_out: bool = False, share_across_jobs: bool = True,
                  neighbors: int = 1, sample_seconds: float = 0.0, stale_rounds: int = 3,
                  default: float = DEFAULT_THROUGHPUT, store=None,
-                 clock: Callable[[], float] = time.time, forget_after: int = 50):
+                 clock: Callable[[], float] = time.time, forget_after: int = 50,
+                 trust: Trust | None = None):
         if method not in ("nearest", "completion"):
             raise ValueError(f"method must be 'nearest' or 'completion', got {method!r}")
         if explore_rounds < 0 or not optimism >= 1 or not default > 0:
             raise ValueError("explore_rounds must be >= 0, optimism >= 1, default > 0")
         self.reference = reference
+        self.trust = trust if trust is not None else Trust()
+        self.ceilings = Ceilings(self.trust, reference, self._known)
+        self._drops = DropLog()
+        # model key -> {job: (user, the job's smoothed value)}: who currently reports on a shared row
+        self._contrib: dict[tuple, dict[str, tuple[str, float]]] = {}
+        self._contrib_keys: dict[str, set] = {}   # job -> its model keys in _contrib
         self.explore_rounds, self.optimism = int(explore_rounds), float(optimism)
         self.rank, self.reg, self.solo_weight = rank, reg, solo_weight
         self.method = method
@@ -447,15 +463,28 @@ class EstimatingThroughputs:
     # -- persistence ----------------------------------------------------------------
     def _load(self, store) -> None:
         model_rows, job_rows = store.load_throughputs()
+        dropped = 0
         for r in model_rows:
             key = (r["model"], int(r["scale_factor"]), r["worker_type"], r["partner"] or "",
                    bool(r["spread"]))
+            if not self._plausible(r["steps_per_second"], self.ceilings(key[0], key[1], key[2])):
+                dropped += 1              # kept by an older version that believed every report
+                continue
             self.models_measured.set(key, r["steps_per_second"], r["samples"], r["updated"] or 0.0)
         for r in job_rows:
             key = (r["job"], r["worker_type"], r["partner"] or "", bool(r["spread"]))
+            if not self._plausible(r["steps_per_second"], self.ceilings(None, None, key[1])):
+                dropped += 1
+                continue
             self.jobs_measured.set(key, r["steps_per_second"], r["samples"], r["updated"] or 0.0)
             self._job_keys.setdefault(r["job"], set()).add(key)
             self._rounds[r["job"]] = self._rounds.get(r["job"], 0) + int(r["samples"])
+        if dropped:
+            log.warning("%d stored throughputs above the plausibility ceiling were not loaded", dropped)
+
+    @staticmethod
+    def _plausible(value, ceiling: float) -> bool:
+        return isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= ceiling
 
     @staticmethod
     def _row_dict(key, s: Sample, job_level: bool) -> dict:
@@ -479,10 +508,19 @@ class EstimatingThroughputs:
         job_keys, model_keys = set(), set()
         counted = {}
         for m in measurements:
-            value = float(m.steps_per_second)
-            if not (value >= 0 and math.isfinite(value)):
-                continue
             job = str(m.job)
+            try:
+                value = float(m.steps_per_second)
+            except (TypeError, ValueError, OverflowError):
+                value = math.nan
+            j = self._jobs.get(job)
+            ceiling = self.ceilings(j.model if j else None, j.scale_factor if j else None, m.worker_type)
+            if not (value >= 0 and math.isfinite(value)):
+                self._drops.dropped(job, m.worker_type, value, "not a finite number >= 0", now)
+                continue
+            if value > ceiling:
+                self._drops.dropped(job, m.worker_type, value, f"above the ceiling of {ceiling:.6g}", now)
+                continue
             key = (job, m.worker_type, str(m.partner) if m.partner is not None else "", bool(m.spread))
             if job not in counted:
                 last = self._counted.get(job)
@@ -499,8 +537,9 @@ class EstimatingThroughputs:
             if mkey is None:
                 self._pending.append((key, value))
                 continue
-            self._add_model(mkey, value, now, touched_models, counted[job])
-            model_keys.add(mkey)
+            if self._shareable(key, mkey):
+                self._add_model(mkey, value, now, touched_models, counted[job])
+                model_keys.add(mkey)
         if self.store is not None and (job_keys or model_keys):
             self.store.save_throughputs(
                 [self._row_dict(k, self.models_measured.get(k), False) for k in model_keys],
@@ -521,6 +560,23 @@ class EstimatingThroughputs:
                 return None
             p = pj.model
         return (j.model, j.scale_factor, wt, p, spread)
+
+    def _shareable(self, key, mkey) -> bool:
+        """May this job's measurement (job key `key`) teach the shared row `mkey`?  Its user is
+        trusted, or enough distinct users agree and the job is one of them (estimator/trust.py)."""
+        job = key[0]
+        j = self._jobs[job]
+        s = self.jobs_measured.get(key)
+        mine = s.value if s is not None else math.nan
+        self._contrib.setdefault(mkey, {})[job] = (j.user, mine)
+        self._contrib_keys.setdefault(job, set()).add(mkey)
+        if j.user and j.user in self.trust.trusted_users:
+            return True
+        by_user: dict[str, list[float]] = {}
+        for user, v in self._contrib[mkey].values():
+            by_user.setdefault(user, []).append(v)
+        median, agree = agreeing_users(by_user, self.trust)
+        return j.user in agree and within(mine, median, self.trust.agreement)
 
     def _add_model(self, mkey, value, now, touched_models, count: bool = True) -> None:
         if self.models_measured.add(mkey, value, now, count):
@@ -558,9 +614,17 @@ class EstimatingThroughputs:
         """Use another reference table (a daemon reloading its configuration); what was
         measured stays."""
         self.reference = reference
+        self.ceilings = Ceilings(self.trust, reference, self._known)
         self._refsets.clear()
         self._cache.clear()
         self._stale = bool(self._served)
+
+    def set_trust(self, trust: Trust) -> None:
+        """New plausibility and sharing rules (a daemon reloading its configuration); they apply
+        to reports from now on."""
+        self.trust = trust
+        self.ceilings = Ceilings(trust, self.reference, self._known)
+        self._cache.clear()
 
     def stale(self) -> bool:
         """True when an estimate the policy was last given has changed by more than 10%,
@@ -579,6 +643,13 @@ class EstimatingThroughputs:
             self._counted.pop(job, None)
             self._cache.pop(job, None)
             self._served.pop(job, None)
+            self._drops.forget(job)
+            for mkey in self._contrib_keys.pop(job, ()):
+                c = self._contrib.get(mkey)
+                if c is not None:
+                    c.pop(job, None)
+                    if not c:
+                        del self._contrib[mkey]
         if gone:
             left = set(gone)
             self._served_pairs = {k: v for k, v in self._served_pairs.items()
@@ -593,8 +664,10 @@ class EstimatingThroughputs:
         for job in jobs:
             j = self._jobs.get(job.id)
             speeds = tuple(getattr(job, "speeds", ()) or ())
-            if j is None or (j.model, j.scale_factor, j.speeds) != (job.job_type, job.scale_factor, speeds):
-                self._jobs[job.id] = j = _Job(job.job_type, int(job.scale_factor), speeds)
+            user = str(getattr(job, "user", "") or "")
+            if j is None or (j.model, j.scale_factor, j.speeds, j.user) != (job.job_type, job.scale_factor,
+                                                                          speeds, user):
+                self._jobs[job.id] = j = _Job(job.job_type, int(job.scale_factor), speeds, user)
                 self._cache.pop(job.id, None)
                 new = True
             j.last_lookup = self._lookups
@@ -606,7 +679,8 @@ class EstimatingThroughputs:
                 mkey = self._model_key(key)
                 if mkey is None:
                     self._pending.append((key, value))
-                else:
+                elif value <= self.ceilings(*mkey[:3]) and self._shareable(key, mkey):
+                    # (recorded before its model was known: against the type's ceiling only)
                     self._add_model(mkey, value, now, touched)
                     keys.add(mkey)
             if self.store is not None and keys:
@@ -706,6 +780,7 @@ class EstimatingThroughputs:
 
     def _estimate(self, job: str, j: _Job, wts, exploring: bool) -> RowEstimate:
         k = len(wts)
+        ceilings = np.array([self.ceilings(j.model, j.scale_factor, wt) for wt in wts], dtype=float)
         values, samples, kinds = self._measured_row(job, j, wts, False)
         kinds = list(kinds)
         conf = np.zeros(k)
@@ -719,6 +794,7 @@ class EstimatingThroughputs:
         if j.speeds:
             hint = dict(j.speeds)
             hint_row = np.array([hint.get(wt, np.nan) for wt in wts], dtype=float)
+            hint_row = np.minimum(hint_row, ceilings)       # a hint is a report too (NaN stays)
             both = positive & np.isfinite(hint_row)
             # a hint off by a constant factor (another batch size, a slower node) is
             # still right about the shape: scale it to what was measured
@@ -771,6 +847,10 @@ class EstimatingThroughputs:
             fill = float(np.exp(np.mean(np.log(values[ok])))) if ok.any() else self.default
             for t in missing:
                 values[t], kinds[t], conf[t] = fill, (MEAN if ok.any() else DEFAULT), 0.0
+        # nothing the estimate says exceeds what the type can plausibly do (hints, scaled rows);
+        # exploration's optimism is bounded in time instead
+        bounded = np.array([kind != EXPLORE for kind in kinds]) & np.isfinite(values)
+        values = np.where(bounded, np.minimum(values, ceilings), values)
         if not (np.isfinite(values) & (values > 0)).any():
             # nothing positive known (e.g. every measurement was 0): never stall the job
             values = np.full(k, self.default)

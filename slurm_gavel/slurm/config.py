@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.errors import InputError
+from ..core.weights import WeightLimits
+from ..estimator.trust import Trust
 from .commands import SIGNALS
 
 try:                      # Python 3.11+
@@ -20,6 +22,9 @@ except ModuleNotFoundError:  # pragma: no cover - 3.9/3.10
     import tomli as tomllib
 
 DEFAULT_PATH = "/etc/slurm/gavel.toml"
+SHARED_CLUSTER_TRUST = Trust(shared_min_users=2)
+WEIGHT_KEYS = ("min", "max", "users", "accounts")
+ESTIMATOR_KEYS = ("ceiling", "max_steps_per_second", "shared_min_users", "agreement", "trusted_users")
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,11 @@ class Config:
     slurm_bin_dir: str | None = None
     slurm_conf: str | None = None        # SLURM_CONF for the Slurm commands
     command_timeout_seconds: float = 30.0
+    # [weights]: what users' weight= flags are bounded to (core/weights.py)
+    weights: WeightLimits = field(default_factory=WeightLimits)
+    # [estimator]: how far jobs' own throughput reports are believed (estimator/trust.py);
+    # on a shared cluster a model's shared row needs two users who agree
+    estimator: Trust = field(default_factory=lambda: SHARED_CLUSTER_TRUST)
     source: str = ""                     # the file it came from
 
     def check(self) -> "Config":
@@ -83,6 +93,10 @@ class Config:
         if not (isinstance(self.explore_rounds, int) and not isinstance(self.explore_rounds, bool)
                 and 0 <= self.explore_rounds <= 1000):
             bad("explore_rounds", f"must be a whole number 0-1000, got {self.explore_rounds!r}")
+        for key, problem in self.weights.problems():
+            bad(f"weights.{key}", problem)
+        for key, problem in self.estimator.problems():
+            bad(f"estimator.{key}", problem)
         if self.throughputs is not None and not Path(self.throughputs).is_file():
             bad("throughputs", f"no such file: {self.throughputs}")
         return self
@@ -104,10 +118,36 @@ def load(path: str | Path | None) -> Config:
     return from_dict(data, source=str(path))
 
 
+def _section(name: str, value: Any, source: str):
+    """[weights] or [estimator] as a WeightLimits / Trust (checked later, in Config.check)."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{source}: {name}", "must be a table")
+    allowed = WEIGHT_KEYS if name == "weights" else ESTIMATOR_KEYS
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if key not in allowed:
+            raise InputError(f"{source}: {name}.{key}", f"unknown setting (known: {', '.join(allowed)})")
+        if key in ("users", "accounts"):
+            if not isinstance(v, Mapping):
+                raise InputError(f"{source}: {name}.{key}", "must be a table of name = maximum weight")
+            v = dict(v)
+        elif key == "trusted_users":
+            if not isinstance(v, list) or not all(isinstance(u, str) and u for u in v):
+                raise InputError(f"{source}: {name}.{key}", f"must be a list of user names, got {v!r}")
+            v = frozenset(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and key != "shared_min_users":
+            v = float(v)
+        out[key] = v
+    return WeightLimits(**out) if name == "weights" else replace(SHARED_CLUSTER_TRUST, **out)
+
+
 def from_dict(data: Mapping[str, Any], source: str = "config") -> Config:
     known = {f.name: f for f in fields(Config) if f.name != "source"}
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key in ("weights", "estimator"):
+            values[key] = _section(key, value, source)
+            continue
         if key not in known:
             raise InputError(f"{source}: {key}", f"unknown setting (known: {', '.join(sorted(known))})")
         default = getattr(Config(), key)

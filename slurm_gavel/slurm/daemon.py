@@ -80,12 +80,14 @@ class Daemon:
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,
             # progress arrives every tick; one sample (and one exploration round) per round
-            sample_seconds=config.round_seconds, store=self.store, clock=self.clock.now)
+            sample_seconds=config.round_seconds, store=self.store, clock=self.clock.now,
+            trust=config.estimator)
         self.engine = Engine(self.clock, self.backend, self._allocator(config),
                              self.throughputs, self.store,
                              config.round_seconds, prices=config.prices,
                              space_sharing=config.space_sharing,
-                             solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2))
+                             solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2),
+                             weight_limits=config.weights)
         self._reload = False
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
@@ -188,6 +190,8 @@ class Daemon:
         old.close()
         self.throughputs.set_reference(table)      # what was measured stays
         self.throughputs.explore_rounds = new.explore_rounds
+        self.throughputs.set_trust(new.estimator)
+        self.engine.weight_limits = new.weights
         self.throughputs.sample_seconds = new.round_seconds
         self.engine.round_seconds = new.round_seconds
         self.engine.prices = dict(new.prices)
