@@ -79,6 +79,7 @@ class Daemon:
         # the lock first: nothing, not even a migration, is written to another daemon's database
         self.lock = DatabaseLock(config.database, dry_run=dry_run).acquire()
         self.storage_error: str | None = None     # why the database cannot be written, while so
+        self._logged_storage: str | None = None    # the failure last logged (one line per cause)
         self.exit_code = 0
         try:
             self.store = SqliteStore(config.database)
@@ -156,9 +157,18 @@ class Daemon:
     def _storage_failed(self, e: GavelError) -> None:
         """Stop acting until the database can be written; one line per distinct cause."""
         message = str(e)
-        if message != self.storage_error:
+        if message != self._logged_storage:
             log.error("%s (until then no job is started, held or preempted)", message)
+            self._logged_storage = message
         self.storage_error = message
+
+    def _storage_worked(self) -> None:
+        """A whole step was recorded: say so once after a failure.  (Not at the first small
+        write that succeeds: a nearly full disk can take a probe and refuse the round, and
+        the log would flap between the two every tick.)"""
+        if self._logged_storage is not None and self.storage_error is None:
+            log.warning("database %s is writable again: resuming", self.store.path)
+            self._logged_storage = None
 
     def _storage_ready(self) -> bool:
         """Can the daemon record (and so act)?  If not, try to make it so: retake a lock file
@@ -187,8 +197,6 @@ class Daemon:
         except StoreError as e:
             self._storage_failed(e)
             return False
-        if self.storage_error is not None:
-            log.warning("database %s is writable again: resuming", self.store.path)
         self.storage_error = None
         return True
 
@@ -201,6 +209,7 @@ class Daemon:
         try:
             self.engine.settle()
             self.backend.backoff.succeeded()
+            self._storage_worked()
         except StoreError as e:
             self._storage_failed(e)
         except GavelError as e:
@@ -264,6 +273,7 @@ class Daemon:
                 self.backend.backoff.succeeded()
                 try:
                     self.store.status(plan.round, self.clock.now(), self._status())
+                    self._storage_worked()
                 except StoreError as e:
                     self._storage_failed(e)
                 log.info("round %d: %d kept, %d started, %d preempted, %d waiting", plan.round,

@@ -44,8 +44,8 @@ class DatabaseLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             raise LockUnavailable(f"database {self.database} is not writable: cannot create its "
-                                  f"lock file {self.path}: {e.strerror or e}; make the directory "
-                                  f"writable (or free space) and start the daemon again") from None
+                                  f"lock file {self.path}: {e.strerror or e}; make its directory "
+                                  f"writable (or free space)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
