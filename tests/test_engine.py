@@ -266,3 +266,82 @@ def test_a_round_waits_for_its_solve_up_to_the_patience(patience, fresh):
         assert (engine.allocation.policy != INTERIM) == fresh, engine.allocation.policy
     finally:
         allocator.close()
+
+
+class FlakyStore(MemoryStore):
+    """A MemoryStore whose writes fail while `failing` (a full disk, say)."""
+
+    def __init__(self):
+        super().__init__()
+        self.failing = False
+        self.failing_rounds = False      # only the round plan cannot be written
+
+    def _check(self):
+        if self.failing:
+            raise OSError(28, "No space left on device")
+
+    def observe(self, time, observation):
+        self._check()
+
+    def allocation(self, *args, **kw):
+        self._check()
+        super().allocation(*args, **kw)
+
+    def round(self, time, plan):
+        self._check()
+        if self.failing_rounds:
+            raise OSError(28, "No space left on device")
+        super().round(time, plan)
+
+    def usage(self, time, usage):
+        self._check()
+        super().usage(time, usage)
+
+    def departure(self, departure):
+        self._check()
+        super().departure(departure)
+
+
+class CountingBackend:
+    """A simulated cluster that counts the plans it was given to carry out."""
+
+    def __init__(self, inner):
+        self.inner, self.executed = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def execute(self, plan, round_end):
+        self.executed.append(plan.round)
+        self.inner.execute(plan, round_end)
+
+
+def test_a_round_the_store_cannot_record_is_not_carried_out_and_nothing_observed_is_lost():
+    table = small_table()
+    clock = SimulatedClock()
+    jobs = [job("fast", 36000), job("mid", 36000), job("flat", 36000)]
+    backend = CountingBackend(SimulatedCluster(jobs, table, {"v100": 1, "p100": 1, "k80": 1}, clock))
+    store = FlakyStore()
+    engine = Engine(clock, backend, Immediate(make_policy("max_min_fairness")), TableThroughputs(table),
+                    store, 60.0)
+    for _ in range(3):
+        engine.step()
+    assert backend.executed == [0, 1, 2]
+    store.failing = True
+    for _ in range(3):
+        with pytest.raises(OSError):
+            engine.plan()               # observes, cannot record: no round is carried out
+        clock.sleep_until(clock.now() + 60)
+    assert backend.executed == [0, 1, 2] and engine.round == 3
+    store.failing, store.failing_rounds = False, True
+    with pytest.raises(OSError):
+        engine.plan()                   # the plan is made, cannot be recorded: not carried out
+    assert backend.executed == [0, 1, 2] and engine.round == 3
+    store.failing_rounds = False
+    engine.step()                       # the queued writes first, then the round
+    assert backend.executed == [0, 1, 2, 3]
+    assert [p.round for _, p in store.rounds] == [0, 1, 2, 3]
+    # every second the jobs ran was recorded, failure or not (3 GPUs, all busy)
+    recorded = sum(u.seconds * u.assignment.gpus for _, u in store.usages)
+    assert recorded == pytest.approx(float(backend.inner.busy_gpu_seconds.sum()))
+    assert [r for r, *_ in store.allocations] == sorted(r for r, *_ in store.allocations)

@@ -13,10 +13,17 @@ Each round (`step`):
    knows, the heterogeneity-agnostic (isolated) share for jobs that arrived
    since; when it changes, the ledger's since-reset time restarts (at most
    once per `min_reset_seconds`);
-4. plan the round with the mechanism and hand the plan to the backend;
+4. plan the round with the mechanism, record it in the store, and only then
+   hand it to the backend (a store that cannot record raises, and the round
+   is not carried out: nothing is done that is not written down);
    a job's `Placement` (allowed worker types, servers) makes its other types
    infeasible for the policy (NaN throughputs) and binds the mechanism;
 5. sleep on the clock until the round ends.
+
+What an observation brings (time run, departures) goes to the ledger at once
+and to the store in order; writes the store refused stay queued and are
+written first at the next observation (`record_pending`), so a store that
+fails for a while loses nothing of what was observed before it failed.
 
 The daemon and the simulator are two drivers of this loop: they differ in
 the clock, the backend, the allocator and the store they pass in, never in
@@ -164,6 +171,7 @@ class Engine:
         self._seen_rules: tuple = ()
         self._rules: tuple = ()
         self._placements: dict = {}
+        self._unrecorded: list[tuple] = []      # store writes not done yet, in order
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -214,7 +222,8 @@ class Engine:
             if now - self._last_reset >= self.min_reset_seconds:
                 self.ledger.reset()
                 self._last_reset = now
-            self.store.allocation(self.round, now, self.allocation, fresh=solved is not None)
+            self._record(self.store.allocation, self.round, now, self.allocation, solved is not None)
+            self.record_pending()
 
         if self._rules:             # a held job's reason may change every round (its backoff)
             for j in obs.jobs:
@@ -230,8 +239,8 @@ class Engine:
         plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
                           previous, self._placements)
         round_end = now + self.round_seconds
+        self.store.round(now, plan)         # first the record; if it fails, nothing is done
         self.backend.execute(plan, round_end)
-        self.store.round(now, plan)
         self.last_plan = plan
         self.active_ids = list(job_ids)
         self.round += 1
@@ -239,17 +248,30 @@ class Engine:
         return plan
 
     def _observe(self, now: float) -> Observation:
+        self.record_pending()                   # what an earlier observation left unwritten
         obs = self.backend.observe()
-        self.store.observe(now, obs)
         self.ledger.record_each((u.assignment, u.seconds) for u in obs.usage)
-        for u in obs.usage:
-            self.store.usage(now, u)
         for d in obs.departures:
             self.ledger.forget(d.id)
-            self.store.departure(d)
+        self._record(self.store.observe, now, obs)
+        for u in obs.usage:
+            self._record(self.store.usage, now, u)
+        for d in obs.departures:
+            self._record(self.store.departure, d)
+        self.record_pending()
         if obs.measurements and self._learn is not None:
             self._learn(obs.measurements)       # a throughput source that learns (estimator)
         return obs
+
+    def _record(self, write, *args) -> None:
+        self._unrecorded.append((write, args))
+
+    def record_pending(self) -> None:
+        """Do the queued store writes in order; the first that fails raises and stays queued."""
+        while self._unrecorded:
+            write, args = self._unrecorded[0]
+            write(*args)
+            self._unrecorded.pop(0)
 
     def settle(self) -> None:
         """Observe once more without planning: record the time run and the jobs gone since the

@@ -13,6 +13,14 @@ set flags; nothing the daemon waits on can block for ever (Slurm commands have a
 users' files are read by `userfiles` with a time bound), and should a step still hang, the
 process exits anyway: at a second SIGTERM/SIGINT, or `stop_deadline` seconds after the
 first (the database is committed round by round: a restart loses nothing).
+
+One daemon per database (lock.py: a second one exits at once, naming the
+first).  Nothing is done in Slurm that is not recorded first: while the
+database cannot be written (disk full, read-only, I/O errors, the file
+deleted) the daemon logs one line saying what to do, then polls nothing and
+starts, holds or preempts nothing, and tries the database again every tick;
+it resumes by itself.  A database that cannot be written at start is one line
+and exit code 75 (systemd starts it again after RestartSec).
 """
 from __future__ import annotations
 
@@ -32,10 +40,17 @@ from ..policies import make_policy
 from ..core.recompute import Background
 from .backend import SlurmBackend
 from .commands import SlurmCLI
-from .store import SqliteStore
+from .lock import DatabaseLock, LockError, LockUnavailable
+from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
 
 log = logging.getLogger("slurm_gavel.daemon")
+
+# Exit codes (slurm_conf/slurm-gavel.service): 2 a bad configuration, 3 the database
+# is another daemon's (neither is fixed by starting again), 75 (EX_TEMPFAIL) the
+# database cannot be written at start (it may be, a RestartSec later).
+EXIT_IN_USE = 3
+EXIT_STORAGE = 75
 
 
 class TickingClock(WallClock):
@@ -66,7 +81,17 @@ class Daemon:
         self.dry_run = dry_run
         env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else None
         self.cli = SlurmCLI(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)
-        self.store = SqliteStore(config.database)
+        # the lock first: nothing, not even a migration, is written to another daemon's database
+        self.lock = DatabaseLock(config.database, dry_run=dry_run).acquire()
+        self.storage_error: str | None = None     # why the database cannot be written, while so
+        self._logged_storage: str | None = None    # the failure last logged (one line per cause)
+        self.exit_code = 0
+        try:
+            self.store = SqliteStore(config.database)
+            self.store.probe()       # read-only at start (chattr +i, ro mount): found now, not mid-round
+        except BaseException:
+            self.lock.release()
+            raise
         self.clock = TickingClock(self._tick, config.tick_seconds)
         self.backend = SlurmBackend(self.cli, self.clock, config.partitions or None,
                                     signal=config.preemption_signal,
@@ -132,20 +157,74 @@ class Daemon:
     def _event(self, kind, job, detail):
         try:
             self.store.event(self.clock.now(), kind, job, detail)
+        except StoreError as e:
+            self._storage_failed(e)
+            if kind in ("action", "dry_run"):
+                raise           # the action is not taken: it could not be recorded
         except GavelError as e:
             log.error("cannot record event: %s", e)
+
+    # -- storage ---------------------------------------------------------------------
+    def _storage_failed(self, e: GavelError) -> None:
+        """Stop acting until the database can be written; one line per distinct cause."""
+        message = str(e)
+        if message != self._logged_storage:
+            log.error("%s (until then no job is started, held or preempted)", message)
+            self._logged_storage = message
+        self.storage_error = message
+
+    def _storage_worked(self) -> None:
+        """A whole step was recorded: say so once after a failure.  (Not at the first small
+        write that succeeds: a nearly full disk can take a probe and refuse the round, and
+        the log would flap between the two every tick.)"""
+        if self._logged_storage is not None and self.storage_error is None:
+            log.warning("database %s is writable again: resuming", self.store.path)
+            self._logged_storage = None
+
+    def _storage_ready(self) -> bool:
+        """Can the daemon record (and so act)?  If not, try to make it so: retake a lock file
+        that was removed, reattach a database file deleted or replaced, write what is queued."""
+        if self.storage_error is None and self.lock.intact() and self.store.moved() is None:
+            return True
+        if not self.lock.intact():
+            try:
+                self.lock.retake()
+                log.warning("lock file %s was removed: locked it again", self.lock.path)
+            except LockUnavailable as e:       # its directory cannot be made again (yet)
+                self._storage_failed(e)
+                return False
+            except LockError as e:
+                # another daemon took the database while its lock file was gone: it wins
+                log.error("%s; this daemon stops", e)
+                self.exit_code = EXIT_IN_USE
+                self.clock.stop()
+                return False
+        try:
+            done = self.store.recover()
+            if done:
+                log.warning("database %s: %s", self.store.path, done)
+            self.engine.record_pending()
+            self.store.probe()
+        except StoreError as e:
+            self._storage_failed(e)
+            return False
+        self.storage_error = None
+        return True
 
     def _tick(self):
         """Between rounds: observe (credit running time, record departures, follow up on
         preemptions and deferred starts), so the database is never more than a tick behind."""
         now = self.clock.now()
-        if not self.backend.backoff.ready(now):
+        if not self._storage_ready() or not self.backend.backoff.ready(now):
             return
         try:
             self.engine.settle()
             self.backend.backoff.succeeded()
             if self.engine.last_plan is not None:     # gqueue follows what Slurm does between rounds
                 self.store.status(self.engine.last_plan.round, now, self._status())
+            self._storage_worked()
+        except StoreError as e:
+            self._storage_failed(e)
         except GavelError as e:
             delay = self.backend.backoff.failed(now)
             log.error("Slurm poll failed (next try in %.0f s): %s", delay, e)
@@ -207,8 +286,15 @@ class Daemon:
                     break
                 if self._reload:
                     self.reload()
+                if not self._storage_ready():
+                    # nothing recorded, nothing done: try again in a tick
+                    self.clock.sleep_until(self.clock.now() + self.clock.every)
+                    continue
                 try:
                     plan = self.engine.plan()
+                except StoreError as e:
+                    self._storage_failed(e)
+                    continue
                 except GavelError as e:
                     # Slurm not answering (slurmctld restarting, a timeout): no
                     # round this time; the jobs keep what they have.  Try again.
@@ -217,7 +303,11 @@ class Daemon:
                     self.clock.sleep_until(self.clock.now() + delay)
                     continue
                 self.backend.backoff.succeeded()
-                self.store.status(plan.round, self.clock.now(), self._status())
+                try:
+                    self.store.status(plan.round, self.clock.now(), self._status())
+                    self._storage_worked()
+                except StoreError as e:
+                    self._storage_failed(e)
                 log.info("round %d: %d kept, %d started, %d preempted, %d waiting", plan.round,
                          len(plan.keep), len(plan.start), len(plan.preempt),
                          len(self.engine.active_ids) - len(plan.running_jobs))
@@ -225,14 +315,20 @@ class Daemon:
         finally:
             self.engine.allocator.close()
             try:
-                self.engine.settle()        # what ran since the last round is not lost
+                if self.exit_code == 0 and self._storage_ready():
+                    self.engine.settle()        # what ran since the last round is not lost
+            except StoreError as e:
+                self._storage_failed(e)
             except GavelError as e:
                 log.error("final observation failed: %s", e)
             self.store.close()
             if self._watchdog is not None:
                 self._watchdog.cancel()     # stopped in time (matters when run in-process)
+            self.lock.release()
+        if self.storage_error is not None:
+            log.error("stopped with the database not writable: %s", self.storage_error)
         log.info("stopped after round %d", self.engine.round - 1)
-        return 0
+        return self.exit_code
 
     def _status(self) -> dict:
         """The engine's view of each job (type, priority, why it waits) with what Slurm really
@@ -258,11 +354,18 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
     for handler in logging.getLogger().handlers:
         handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
     config = config_mod.load(config_path)
-    daemon = Daemon(config, dry_run=dry_run)
+    try:
+        daemon = Daemon(config, dry_run=dry_run)
+    except LockError as e:
+        log.error("%s", e)
+        return EXIT_STORAGE if isinstance(e, LockUnavailable) else EXIT_IN_USE
+    except StoreError as e:     # read-only, full, unreadable: one line, no traceback
+        log.error("%s", e)
+        return EXIT_STORAGE
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
     return daemon.run(max_rounds)
 
 
-__all__ = ["Daemon", "TickingClock", "main"]
+__all__ = ["EXIT_IN_USE", "EXIT_STORAGE", "Daemon", "TickingClock", "main"]

@@ -6,12 +6,29 @@ Written by the engine (through the `Store` methods) and by the daemon
 writes: WAL mode, one short transaction per write.  The schema is versioned;
 migrations run in order, each in its own transaction, so a daemon killed
 during an upgrade leaves the previous version intact.
+
+Storage failures (disk full, read-only, I/O errors, the file deleted or
+replaced under the open connection) come out of every write as one
+`StoreUnwritable` whose message says what to do; `recover` reopens the
+database (or, deleted, writes it back from the copy still open) and `probe`
+says whether it can be written again.
+
+SIGBUS: a memory-mapped file that stops being writable kills the process
+(exit 135, nothing logged).  The database file is never mapped (mmap_size=0),
+but in WAL mode SQLite always maps the wal-index (DATABASE-shm); `chattr +i`
+on it was exactly that crash.  So before each write the files' immutable and
+append-only flags (and a read-only mount) are checked, and the write refused
+as "read-only" instead.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
+import os
 import sqlite3
+import struct
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
@@ -26,6 +43,65 @@ from ..core.model import Allocation
 
 class StoreError(GavelError):
     pass
+
+
+class StoreUnwritable(StoreError):
+    """The database cannot be written now; the message names it, the cause, and the fix."""
+
+    def __init__(self, path, reason: str, fix: str):
+        self.path, self.reason, self.fix = str(path), reason, fix
+        super().__init__(f"database {path} is not writable: {reason}; {fix}")
+
+
+# (what SQLite or the OS says, as the admin reads it, what to do)
+_CAUSES = (
+    ("database or disk is full", "disk full", "free space"),
+    ("readonly database", "read-only", "make the file, its directory and the file system "
+                                       "writable (mount, permissions, chattr -i)"),
+    ("disk i/o error", "disk I/O error", "check the disk (dmesg), free space and permissions"),
+    ("unable to open database file", "cannot open it",
+     "check that the file and its directory exist and are writable"),
+    ("no such file or directory", "its directory is missing", "create it"),
+    ("database is locked", "busy: another process holds a write lock on it",
+     "end that process (`fuser` names it)"),
+)
+_ERRNO = {errno.ENOSPC: 0, errno.EDQUOT: 0, errno.EROFS: 1, errno.EPERM: 1, errno.EACCES: 1, errno.EIO: 2,
+          errno.ENOENT: 4}
+
+
+FS_IOC_GETFLAGS = 0x80086601          # linux/fs.h, _IOR('f', 1, long)
+FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+
+
+def _frozen(fd: int) -> str | None:
+    """'immutable' / 'append-only' (chattr +i / +a) or 'a read-only mount' for an open file."""
+    try:
+        if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+            return "on a read-only mount"
+    except OSError:
+        pass
+    try:
+        flags = struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 8)[:4])[0]
+    except OSError:
+        return None         # a file system without these flags
+    if flags & FS_IMMUTABLE_FL:
+        return "immutable (chattr +i)"
+    if flags & FS_APPEND_FL:
+        return "append-only (chattr +a)"
+    return None
+
+
+def unwritable(path, error: BaseException) -> StoreUnwritable:
+    """The storage error `error` (sqlite3 or OS) as the one line an admin needs."""
+    index = _ERRNO.get(getattr(error, "errno", None))
+    if index is None:
+        text = str(error).lower()
+        index = next((i for i, (key, _, _) in enumerate(_CAUSES) if key in text), None)
+    if index is None:
+        return StoreUnwritable(path, str(error) or type(error).__name__,
+                               "fix the storage; the daemon resumes by itself")
+    _, reason, fix = _CAUSES[index]
+    return StoreUnwritable(path, reason, f"{fix}, the daemon resumes by itself")
 
 
 def _v1(db: sqlite_utils.Database):
@@ -97,24 +173,138 @@ class SqliteStore:
     def __init__(self, path, readonly: bool = False, clock: Callable[[], float] = time.time):
         self.path = Path(path)
         self.clock = clock
-        try:
-            if readonly:
+        self.readonly = readonly
+        self._fd: int | None = None          # the database file as opened: deleted/replaced?
+        self._side: list[tuple[str, int]] = []   # its -wal and -shm files (flags checked)
+        if readonly:
+            try:
                 if not self.path.exists():
                     raise StoreError(f"{self.path}: no database (has the daemon run?)")
                 conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
-            else:
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: cannot open database: {e}") from None
+            self.db = sqlite_utils.Database(conn)
+            if self.schema_version() != len(MIGRATIONS):
+                raise StoreError(f"{self.path}: schema version {self.schema_version()}, "
+                                 f"this slurm-gavel reads {len(MIGRATIONS)}")
+            return
+        self.db = sqlite_utils.Database(self._connect())
+        self.migrate()
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open the database for writing (WAL, no mmap) and remember which file it is."""
+        conn = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), timeout=10, isolation_level=None)
+            conn.execute("PRAGMA mmap_size=0")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("select count(*) from sqlite_master").fetchone()   # makes -wal and -shm
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except (sqlite3.Error, OSError) as e:
+            if conn is not None:
+                conn.close()
+            raise unwritable(self.path, e) from None
+        self._close_files()
+        self._fd = fd
+        for suffix in ("-wal", "-shm"):
+            try:
+                self._side.append((suffix, os.open(f"{self.path}{suffix}", os.O_RDONLY | os.O_CLOEXEC)))
+            except OSError:
+                pass
+        return conn
+
+    def _close_files(self):
+        for fd in [self._fd] + [fd for _, fd in self._side]:
+            if fd is not None:
+                os.close(fd)
+        self._fd, self._side = None, []
+
+    def frozen(self) -> str | None:
+        """Why the files cannot be written though SQLite would try (and, for -shm, crash)."""
+        if self._fd is None:
+            return None
+        for suffix, fd in [("", self._fd)] + self._side:
+            why = _frozen(fd)
+            if why:
+                return f"{self.path.name}{suffix} is {why}" if suffix else f"the file is {why}"
+        return None
+
+    # -- storage health (the daemon) ----------------------------------------------------
+    def moved(self) -> str | None:
+        """'deleted' or 'replaced' when the file at the path is no longer the one open."""
+        if self._fd is None:
+            return None
+        mine = os.fstat(self._fd)
+        try:
+            there = os.stat(self.path)
+        except FileNotFoundError:
+            return "deleted"
+        except OSError:
+            return None        # cannot tell (permissions): the writes will say
+        if (mine.st_ino, mine.st_dev) != (there.st_ino, there.st_dev):
+            return "replaced"
+        return "deleted" if mine.st_nlink == 0 else None
+
+    def recover(self) -> str | None:
+        """Reattach to the path after the file moved; what was done (for the log), or None.
+
+        Deleted (its directory too, perhaps): the open connection still has every row,
+        so the database is written back at the path from it (nothing lost).  Replaced
+        (someone put another file there, e.g. a backup): that file is opened.
+        Raises StoreUnwritable when that cannot be done now."""
+        what = self.moved()
+        if what is None:
+            return None
+        old = self.db.conn
+        if what == "deleted":
+            # copy beside, then into place: never a half-written database at the path
+            copy_path = self.path.with_name(self.path.name + ".restoring")
+            try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(str(self.path), timeout=10, isolation_level=None)
-        except sqlite3.Error as e:
-            raise StoreError(f"{self.path}: cannot open database: {e}") from None
-        self.db = sqlite_utils.Database(conn)
-        if not readonly:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.migrate()
-        elif self.schema_version() != len(MIGRATIONS):
-            raise StoreError(f"{self.path}: schema version {self.schema_version()}, "
-                             f"this slurm-gavel reads {len(MIGRATIONS)}")
+                copy_path.unlink(missing_ok=True)
+                copy = sqlite3.connect(str(copy_path), timeout=10, isolation_level=None)
+                try:
+                    old.backup(copy)
+                finally:
+                    copy.close()
+                self._drop_side_files()
+                os.replace(copy_path, self.path)
+            except (sqlite3.Error, OSError) as e:
+                try:
+                    copy_path.unlink(missing_ok=True)
+                except OSError:
+                    pass
+                raise unwritable(self.path, e) from None
+        else:
+            self._drop_side_files()
+        old.close()
+        self.db = sqlite_utils.Database(self._connect())
+        self.migrate()
+        return ("the file was deleted while open: written back from the copy the daemon had "
+                "open (nothing lost)" if what == "deleted"
+                else "the file was replaced while open: the new file is used from now on")
+
+    def _drop_side_files(self) -> None:
+        """Remove the old file's -wal and -shm from the path.  SQLite neither checkpoints
+        nor removes them when the database file has moved, and left there they would be
+        replayed into the file that now has the name (seen: a replaced file read back
+        the old rows)."""
+        for suffix, fd in self._side:
+            name = f"{self.path}{suffix}"
+            try:
+                mine, there = os.fstat(fd), os.stat(name)
+                if (mine.st_ino, mine.st_dev) == (there.st_ino, there.st_dev):
+                    os.unlink(name)
+            except OSError:
+                pass
+
+    def probe(self) -> None:
+        """One small write: raises StoreUnwritable while the database cannot be written."""
+        with self._tx():
+            self.db.execute("insert into meta (key, value) values ('alive', ?) on conflict (key) "
+                            "do update set value = excluded.value", [str(self.clock())])
 
     # -- schema -------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -124,7 +314,10 @@ class SqliteStore:
         return int(row[0]) if row else 0
 
     def migrate(self):
-        current = self.schema_version()
+        try:
+            current = self.schema_version()
+        except sqlite3.Error as e:
+            raise unwritable(self.path, e) from None
         if current > len(MIGRATIONS):
             raise StoreError(f"{self.path}: schema version {current} is newer than this "
                              f"slurm-gavel ({len(MIGRATIONS)}); upgrade slurm-gavel")
@@ -137,9 +330,10 @@ class SqliteStore:
 
     def close(self):
         self.db.conn.close()
+        self._close_files()
 
     def _tx(self):
-        return _Transaction(self.db.conn)
+        return _Transaction(self)
 
     # -- Store interface --------------------------------------------------------------
     def observe(self, time_: float, obs: Observation) -> None:
@@ -349,17 +543,49 @@ class SqliteStore:
 
 
 class _Transaction:
-    """`with`: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), so readers never see half a write."""
+    """`with`: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error), so readers never see half a write.
 
-    def __init__(self, conn):
-        self.conn = conn
+    A write store never writes into a file that is no longer at its path (deleted or
+    replaced: the rows would vanish with the last handle), and every storage error
+    leaves as StoreUnwritable."""
+
+    def __init__(self, store: "SqliteStore"):
+        self.store = store
+        self.conn = store.db.conn
 
     def __enter__(self):
-        self.conn.execute("begin immediate")
+        moved = None if self.store.readonly else self.store.moved()
+        if moved:
+            raise StoreUnwritable(self.store.path, f"the file was {moved} while open",
+                                  "the daemon writes it back (or opens the new file) by itself; "
+                                  "make its directory writable if it does not")
+        frozen = None if self.store.readonly else self.store.frozen()
+        if frozen:
+            raise StoreUnwritable(self.store.path, frozen,
+                                  "make it writable (chattr -i, mount -o remount,rw), "
+                                  "the daemon resumes by itself")
+        try:
+            self.conn.execute("begin immediate")
+        except sqlite3.Error as e:
+            raise unwritable(self.store.path, e) from None
 
     def __exit__(self, exc_type, exc, tb):
-        self.conn.execute("rollback" if exc_type else "commit")
+        try:
+            if exc_type is None:
+                self.conn.execute("commit")
+                return False
+            if self.conn.in_transaction:     # SQLite may have rolled back already (I/O error)
+                self.conn.execute("rollback")
+        except sqlite3.Error as e:
+            if self.conn.in_transaction:
+                try:
+                    self.conn.execute("rollback")
+                except sqlite3.Error:
+                    pass
+            raise unwritable(self.store.path, e) from None
+        if isinstance(exc, (sqlite3.OperationalError, sqlite3.DatabaseError, OSError)):
+            raise unwritable(self.store.path, exc) from None
         return False
 
 
-__all__ = ["MIGRATIONS", "SqliteStore", "StoreError"]
+__all__ = ["MIGRATIONS", "SqliteStore", "StoreError", "StoreUnwritable", "unwritable"]
