@@ -169,6 +169,11 @@ class SlurmCLI:
                 log.debug("%s: %s; trying again (%d/%d)", " ".join(args), e.stderr, attempt, tries)
                 time.sleep(0.05 * attempt)
 
+    def clear_node_list(self, ids: Iterable[str]) -> None:
+        """Drop the node list the daemon pinned on pending jobs (`NodeList=` empties it)."""
+        for job in job_ids(ids):       # 22.05 refuses a list of ids together with NodeList
+            self.run(["scontrol", "update", f"jobid={job}", "NodeList="])
+
     def release(self, ids: Iterable[str]) -> None:
         ids = job_ids(ids)
         if ids:
