@@ -48,6 +48,12 @@ UNKNOWN_MODEL = "unknown"
 RESTART_GUARD_SECONDS = 2.0
 
 
+def _id_order(job_id: str) -> tuple[int, int]:
+    """35 -> (35, -1), array task 35_2 -> (35, 2): submission order, then task order."""
+    head, _, task = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1)
+
+
 def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
     """partition -> GPU type, for partitions whose nodes all hold GPUs of one type."""
     types: dict[str, set] = {}
@@ -193,7 +199,7 @@ class SlurmBackend:
         self._escalate(now)
         self._start_deferred()
         states, bad = [], {}
-        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, int(kv[0]))):
+        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
             try:
@@ -247,7 +253,9 @@ class SlurmBackend:
         seen: list[Measurement] = []
         for state in states:
             j = self._jobs.get(state.id)
-            for path in candidate_paths(state.id, j.work_dir if j else None, self.progress_dir):
+            names = [state.id] + ([j.slurm_id] if j is not None and j.slurm_id not in ('', state.id) else [])
+            paths = [p for n in names for p in candidate_paths(n, j.work_dir if j else None, self.progress_dir)]
+            for path in paths:
                 try:
                     st = path.stat()
                 except OSError:

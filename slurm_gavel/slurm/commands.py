@@ -22,7 +22,7 @@ from ..core.errors import GavelError, InputError
 
 log = logging.getLogger("slurm_gavel.slurm")
 
-_JOB_ID = re.compile(r"^[0-9]+$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # Slurm 24.11 without accounting (AccountingStorageType=none: no associations) answers a

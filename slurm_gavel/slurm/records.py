@@ -15,7 +15,7 @@ an unknown or missing field (a missing field reads as "unknown").
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 # Job states in which a job holds or may soon hold resources.
@@ -121,6 +121,10 @@ class SlurmJob:
     end_time: float | None
     exit_code: int | None
     work_dir: str = ""
+    # Slurm's own id: for an array task split off its array (35_2 running as job 38)
+    # the id Slurm prints; `job_id` is then the task's name, 35_2, which every
+    # command accepts and which stays the same across requeues.
+    slurm_id: str = ""
 
     @property
     def primary_state(self) -> str:
@@ -195,8 +199,9 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
         state = _job_state(j.get("job_state"))
         start = number(j.get("start_time"))
         end = number(j.get("end_time"))
-        jobs.append(SlurmJob(
-            job_id=text(number(j.get("job_id"), j.get("job_id"))).split(".")[0],
+        slurm_id = text(number(j.get("job_id"), j.get("job_id"))).split(".")[0]
+        job = SlurmJob(
+            job_id=slurm_id,
             name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
             account=text(j.get("account")), partition=text(j.get("partition")),
             state=state, reason=text(j.get("state_reason")),
@@ -206,8 +211,42 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             restarts=int(number(j.get("restart_cnt"), 0) or 0),
             submit_time=number(j.get("submit_time")), start_time=start or None,
             end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
-            work_dir=text(j.get("current_working_directory"))))
+            work_dir=text(j.get("current_working_directory")), slurm_id=slurm_id)
+        jobs.extend(_array_tasks(job, j))
     return jobs
+
+
+def _task_ids(spec: str) -> list[int]:
+    """'0-3', '1,3,5-7', '0-15:4' or with a throttle '0-9%2' -> the task ids."""
+    out: list[int] = []
+    for part in spec.split("%")[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not m:
+            continue
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        out.extend(range(lo, min(hi, lo + 100_000) + 1, int(m.group(3) or 1) or 1))
+    return out
+
+
+def _array_tasks(job: SlurmJob, raw: dict) -> list[SlurmJob]:
+    """An array's record as the scheduler sees it: one job per task, named ARRAY_TASK.
+
+    A task Slurm has split off (running, or requeued) has its own record with
+    its task id; the array's pending tasks share one record with a task string
+    ("0,2-3"), until a command names one of them (`scontrol update jobid=35_2`
+    splits it off).
+    """
+    array = int(number(raw.get("array_job_id"), 0) or 0)
+    if array <= 0:
+        return [job]
+    task = number(raw.get("array_task_id"), None)
+    spec = text(raw.get("array_task_string"))
+    if spec:
+        return [replace(job, job_id=f"{array}_{t}") for t in _task_ids(spec)]
+    if task is not None and 0 <= task < 4_000_000_000:
+        return [replace(job, job_id=f"{array}_{int(task)}")]
+    return [job]
 
 
 def _node_gres(value: Any) -> tuple[str | None, int]:
