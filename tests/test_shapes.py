@@ -62,3 +62,29 @@ def test_array_tasks_are_scheduled_as_separate_jobs(clean, tmp_path):
     # tasks were preempted and resumed like any job (one holds the array's own id)
     restarted = [text for text in outs.values() if "restart=1" in text]
     assert restarted, "no job was preempted and resumed"
+
+
+def test_an_owners_requeue_becomes_a_held_requeue(clean, tmp_path):
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=30, tick_seconds=1)
+    job = submit(cluster, tmp_path, "convnet", 1, 40)
+    daemon = start_daemon(config)
+    try:
+        deadline = time.time() + 60
+        while queue(cluster).get(job) != "RUNNING":
+            assert time.time() < deadline, "the daemon never started the job"
+            time.sleep(0.5)
+        # the owner requeues it: pending, not held; Slurm would start it by itself
+        cluster.run(["scontrol", "requeue", job])
+        deadline = time.time() + 15
+        while True:
+            out = cluster.run(["squeue", "-h", "-j", job, "-o", "%T|%r|%Q"]).stdout.strip()
+            state, reason, priority = out.split("|")
+            if state == "PENDING" and priority == "0":
+                break
+            assert time.time() < deadline, out
+            time.sleep(0.5)
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    assert "requeued by their owner" in log

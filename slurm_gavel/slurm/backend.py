@@ -102,6 +102,7 @@ class SlurmBackend:
         self._starting: dict[str, tuple[Assignment, float]] = {}   # released, not yet running
         self._planned: dict[str, Assignment] = {}
         self._stopped: dict[str, tuple[float, tuple[str, ...]]] = {}   # job -> (seen at, nodes)
+        self._released: dict[str, float] = {}          # job -> when this daemon released it
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -198,6 +199,7 @@ class SlurmBackend:
         now = self.clock.now()
         self._escalate(now)
         self._start_deferred()
+        self._hold_again()
         states, bad = [], {}
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
@@ -342,7 +344,27 @@ class SlurmBackend:
         now = self.clock.now()
         for job in ready:
             self._starting[job] = (self._planned[job], now)
+            self._released[job] = now
         self._planned.clear()
+
+    def _hold_again(self) -> None:
+        """Hold every gavel job that is pending, not held, and not released by this daemon.
+
+        Only the daemon releases gavel jobs, but a job's owner can still
+        `scontrol requeue` it while it runs: it comes back pending and not
+        held, and Slurm would start it by itself within minutes. It is held
+        again (a held requeue), and the daemon places it like any other.
+        """
+        now = self.clock.now()
+        self._released = {job: at for job, at in self._released.items()
+                          if now - at < self.grace_seconds and job in self._jobs}
+        ours = self._starting.keys() | self._deferred.keys() | self._planned.keys() | self._released.keys()
+        loose = sorted(job for job, j in self._jobs.items()
+                       if j.primary_state == "PENDING" and not j.held and job not in ours)
+        if loose:
+            log.warning("jobs %s are pending but not held (requeued by their owner?): holding "
+                        "them again", ",".join(loose))
+            self._act("hold (requeued outside the daemon)", loose, lambda: self.cli.hold(loose))
 
     def _escalate(self, now: float) -> None:
         late = [job for job, p in self._preempted.items()

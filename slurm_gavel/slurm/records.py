@@ -125,6 +125,7 @@ class SlurmJob:
     # the id Slurm prints; `job_id` is then the task's name, 35_2, which every
     # command accepts and which stays the same across requeues.
     slurm_id: str = ""
+    priority: float | None = None    # 0: held (by the plugin, the daemon or an admin)
 
     @property
     def primary_state(self) -> str:
@@ -138,6 +139,13 @@ class SlurmJob:
     def finished(self) -> bool:
         return bool(FINISHED_STATES.intersection(self.state)) and "REQUEUED" not in self.state \
             and "COMPLETING" not in self.state
+
+    @property
+    def held(self) -> bool:
+        """Pending and held: Slurm will not start it until someone releases it."""
+        return (self.priority == 0 or "JobHeld" in self.reason
+                or "requeued in held state" in self.reason
+                or bool({"SPECIAL_EXIT", "REQUEUE_HOLD"} & set(self.state)))
 
     @property
     def total_gpus(self) -> int:
@@ -211,7 +219,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             restarts=int(number(j.get("restart_cnt"), 0) or 0),
             submit_time=number(j.get("submit_time")), start_time=start or None,
             end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
-            work_dir=text(j.get("current_working_directory")), slurm_id=slurm_id)
+            work_dir=text(j.get("current_working_directory")), slurm_id=slurm_id,
+            priority=number(j.get("priority"), None))
         jobs.extend(_array_tasks(job, j))
     return jobs
 
