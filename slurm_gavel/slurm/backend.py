@@ -46,6 +46,10 @@ UNKNOWN_MODEL = "unknown"
 # slurmd refuses a job credential created no later (in whole seconds) than the
 # job's last revocation on that node; 2 s after the stop was seen is safe.
 RESTART_GUARD_SECONDS = 2.0
+# A job lost with its node is offered to the scheduler again only when the node has
+# answered (been usable) this long: its slurmd, registering, is told by slurmctld to
+# kill the job's old copy, which a dead slurmd leaves running.
+LOST_SETTLE_SECONDS = 5.0
 
 
 def _id_order(job_id: str) -> tuple[int, int]:
@@ -82,10 +86,12 @@ class SlurmBackend:
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | None = None,
                  signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
                  dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
-                 credited_until: float | None = None, progress_dir: str | None = None):
+                 credited_until: float | None = None, progress_dir: str | None = None,
+                 lost_settle_seconds: float = LOST_SETTLE_SECONDS):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
+        self.lost_settle_seconds = lost_settle_seconds
         self.dry_run = dry_run
         self.on_event = on_event or (lambda kind, job, detail: None)
         self.backoff = Backoff()
@@ -103,6 +109,10 @@ class SlurmBackend:
         self._planned: dict[str, Assignment] = {}
         self._stopped: dict[str, tuple[float, tuple[str, ...]]] = {}   # job -> (seen at, nodes)
         self._released: dict[str, float] = {}          # job -> when this daemon released it
+        # job -> (nodes, since): stopped running because its node failed; its old copy may
+        # still run there (a dead slurmd leaves its slurmstepds running)
+        self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
+        self._back: dict[str, float] = {}              # node -> when it was first seen usable again
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -121,6 +131,7 @@ class SlurmBackend:
         now = self.clock.now()
         jobs = parse_jobs(self.cli.squeue())
         self._nodes = parse_nodes(self.cli.nodes())
+        nodes = {n.name: n for n in self._nodes}
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         for j in jobs:
@@ -143,6 +154,13 @@ class SlurmBackend:
             if not still:
                 del self._running[job_id]
                 self._stopped[job_id] = (now, r.nodes)
+                failed = [n for n in r.nodes if not self._node_usable(n, nodes)]
+                if failed and job_id not in self._preempted and j is not None:
+                    self._lost[job_id] = (r.nodes, now)
+                    log.warning("job %s stopped running with its node %s down: not restarted until "
+                                "the node is back (its old copy may still run there)",
+                                job_id, ",".join(failed))
+                    self.on_event("lost_with_node", job_id, ",".join(failed))
         self._stopped = {job: v for job, v in self._stopped.items()
                          if now - v[0] < RESTART_GUARD_SECONDS}
         for job_id, j in gavel.items():
@@ -181,6 +199,26 @@ class SlurmBackend:
         self._jobs = gavel
         self._others_gpus = others
         self._last_poll = now
+        self._settle_lost(now, nodes)
+
+    @staticmethod
+    def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
+        n = nodes.get(name)
+        return n is not None and n.usable
+
+    def _settle_lost(self, now: float, nodes: Mapping[str, SlurmNode]) -> None:
+        """Jobs lost with a node become schedulable once every node of theirs is back."""
+        for name in nodes:
+            if self._node_usable(name, nodes):
+                self._back.setdefault(name, now)
+            else:
+                self._back.pop(name, None)
+        for job, (names, _) in list(self._lost.items()):
+            if job not in self._jobs:
+                del self._lost[job]                   # it left (cancelled, failed)
+            elif all(now - self._back.get(n, now + 1) >= self.lost_settle_seconds for n in names):
+                del self._lost[job]
+                log.info("job %s: node %s is back; it may start again", job, ",".join(names))
 
     def partitions_get(self, partition: str) -> str | None:
         return self.partitions.get(partition)
@@ -204,6 +242,11 @@ class SlurmBackend:
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
+            if job_id in self._lost:
+                names, since = self._lost[job_id]
+                bad[job_id] = (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits until "
+                               f"the node is back (Slurm then stops its old copy there)")
+                continue
             try:
                 flags = from_admin_comment(j.admin_comment)
             except InputError as e:
