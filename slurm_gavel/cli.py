@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_submit(commands)
     from .estimator.cli import register as register_throughputs
     register_throughputs(commands)
+    from .slurm.undo import register as register_undo
+    register_undo(commands)
     return parser
 
 

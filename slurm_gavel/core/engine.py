@@ -41,6 +41,7 @@ from .backend import Backend, JobState, Observation
 from .clock import Clock
 from .mechanism import Ledger, RoundPlan, plan_round
 from .model import Allocation, PolicyInput
+from .state import EngineState
 from .store import MemoryStore, Store
 from .throughputs import JobThroughputs, ThroughputSource
 from .weights import WeightLimits
@@ -150,6 +151,9 @@ class Engine:
         self.worker_types = tuple(backend.worker_types)
         self.ledger = Ledger(self.worker_types)
         self._learn = getattr(throughputs, "record", None)
+        # a store that keeps the engine's state, for a restart (the daemon's; not the simulator's)
+        self._keep_state = getattr(self.store, "engine_state", None)
+        self._restored: Allocation | None = None
         self.round = 0
         self.resets = 0
         self.input: PolicyInput | None = None
@@ -214,6 +218,8 @@ class Engine:
                     wait(self.solve_patience)
             self.resets += 1
         solved = self.allocator.latest(now)
+        if solved is None:
+            solved = self._restored         # a restarted daemon: the allocation it had, until a solve
         if jobs_changed or solved is not self._solved or self.allocation is None:
             self._solved = solved
             self.allocation = (compose(solved, self.input) if self.input is not None
@@ -245,6 +251,7 @@ class Engine:
         self.active_ids = list(job_ids)
         self.round += 1
         self._round_end = round_end
+        self._save_state()
         return plan
 
     def _observe(self, now: float) -> Observation:
@@ -258,6 +265,8 @@ class Engine:
             self._record(self.store.usage, now, u)
         for d in obs.departures:
             self._record(self.store.departure, d)
+        if obs.usage or obs.departures:
+            self._save_state()
         self.record_pending()
         if obs.measurements and self._learn is not None:
             self._learn(obs.measurements)       # a throughput source that learns (estimator)
@@ -272,6 +281,40 @@ class Engine:
             write, args = self._unrecorded[0]
             write(*args)
             self._unrecorded.pop(0)
+
+    # -- restart ----------------------------------------------------------------
+    def snapshot(self) -> EngineState:
+        """The working state a restarted engine needs to go on as if it had not stopped."""
+        since, total = self.ledger.snapshot()
+        return EngineState(self.round, self.worker_types, self._last_reset, self._last_submit,
+                           self._job_ids, self._servers, since, total, self.allocation,
+                           dict(self.unschedulable))
+
+    def resume(self, state: EngineState) -> None:
+        """Take over the state of an earlier run (before the first round).
+
+        The rounds go on numbering, the ledger keeps what each row received
+        since the last reset, and the allocation in force stays in force
+        until a reset event (a job arriving or leaving, servers changing)
+        brings a new solve: a restart alone moves no job.
+        """
+        if state.worker_types != self.worker_types:
+            log.warning("not resuming: the saved state has worker types %s, the cluster %s",
+                        ",".join(state.worker_types), ",".join(self.worker_types))
+            return
+        self.round = max(self.round, state.round)
+        self.ledger.restore(state.since_reset, state.total)
+        self._last_reset, self._last_submit = state.last_reset, state.last_submit
+        self._job_ids, self._servers = state.job_ids, state.servers
+        self.unschedulable = dict(state.unschedulable)
+        self._reported = set(state.unschedulable)
+        if state.allocation is not None and state.allocation.worker_types == self.worker_types:
+            self.allocation = self._solved = self._restored = state.allocation
+
+    def _save_state(self) -> None:
+        """Queue the working state for the store (written with the next observation's records)."""
+        if self._keep_state is not None:
+            self._record(self._keep_state, self.snapshot())
 
     def settle(self) -> None:
         """Observe once more without planning: record the time run and the jobs gone since the

@@ -156,6 +156,21 @@ class Ledger:
         seconds = self._total.get(job, [0.0] * len(self.worker_types))
         return dict(zip(self.worker_types, map(float, seconds)))
 
+    def snapshot(self) -> tuple[dict[Row, tuple[float, ...]], dict[str, tuple[float, ...]]]:
+        """(since reset per row, total per job), seconds per worker type in column order."""
+        return ({row: tuple(s) for row, s in self._since_reset.items()},
+                {job: tuple(s) for job, s in self._total.items()})
+
+    def restore(self, since_reset: Mapping[Row, Sequence[float]],
+                total: Mapping[str, Sequence[float]]) -> None:
+        """Take over a snapshot (a restarted daemon picks up where its last run stopped)."""
+        k = len(self.worker_types)
+        for seconds in [*since_reset.values(), *total.values()]:
+            if len(seconds) != k:
+                raise ValueError(f"ledger snapshot has {len(seconds)} worker types, not {k}")
+        self._since_reset = {tuple(row): [float(s) for s in v] for row, v in since_reset.items()}
+        self._total = {job: [float(s) for s in v] for job, v in total.items()}
+
 
 def allocation_rows(allocation: Allocation) -> tuple[list[Row], np.ndarray]:
     """The rows of X (jobs, then pairs) and their (R, k) allocation (read-only, kept per allocation)."""

@@ -296,7 +296,7 @@ class GavelIterator:
 
         self.progress_path = None
         if self.managed and progress and self.rank == 0:
-            self.progress_path = _progress.progress_path(self.job_id)
+            self.progress_path = _progress.progress_path(_progress.job_key(env) or self.job_id)
         if progress_interval is None:
             progress_interval = float(env.get(PROGRESS_INTERVAL_ENV) or DEFAULT_PROGRESS_INTERVAL)
         self.progress_interval = float(progress_interval)

@@ -46,6 +46,17 @@ SUBDIR = ".gavel"
 SUFFIX = ".jsonl"
 
 
+def job_key(env: Mapping[str, str] | None = None) -> str | None:
+    """The id the scheduler knows this job by: ``ARRAY_TASK`` for an array task
+    (``35_2``: its own Slurm id changes when Slurm splits it off the array),
+    else ``SLURM_JOB_ID``; None outside Slurm."""
+    env = os.environ if env is None else env
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array and task and array.isdigit() and task.isdigit():
+        return f"{array}_{task}"
+    return env.get("SLURM_JOB_ID") or None
+
+
 def progress_path(job_id: str, env: Mapping[str, str] | None = None,
                   work_dir: str | None = None) -> Path:
     """The progress file of job `job_id`.

@@ -72,6 +72,16 @@ ONE_NODE = Placement(one_server=True)     # Slurm jobs keep their node count: 1 
 # A job gone from the queue whose final state cannot be read (slurmdbd not answering) is
 # recorded "lost" after this long; until then its departure waits.
 FINAL_STATE_PATIENCE_SECONDS = 300.0
+# A job lost with its node is offered to the scheduler again only when the node has
+# answered (been usable) this long: its slurmd, registering, is told by slurmctld to
+# kill the job's old copy, which a dead slurmd leaves running.
+LOST_SETTLE_SECONDS = 5.0
+
+
+def _id_order(job_id: str) -> tuple[int, int]:
+    """35 -> (35, -1), array task 35_2 -> (35, 2): submission order, then task order."""
+    head, _, task = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1)
 
 
 def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
@@ -115,7 +125,8 @@ class SlurmBackend:
                  dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
                  credited_until: float | None = None, progress_dir: str | None = None,
                  start_timeout: float = START_TIMEOUT_SECONDS,
-                 active_jobs=(), accounting: bool | None = None):
+                 active_jobs=(), accounting: bool | None = None,
+                 lost_settle_seconds: float = LOST_SETTLE_SECONDS):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
@@ -123,6 +134,7 @@ class SlurmBackend:
         self.round_seconds: float | None = None        # learned from execute()
         self._stuck: dict[str, _Stuck] = {}
         self._holds: dict[str, str] = {}               # job -> why it is not planned now
+        self.lost_settle_seconds = lost_settle_seconds
         self.dry_run = dry_run
         self.on_event = on_event or (lambda kind, job, detail: None)
         self.backoff = Backoff()
@@ -139,6 +151,11 @@ class SlurmBackend:
         self._starting: dict[str, tuple[Assignment, float]] = {}   # released, not yet running
         self._planned: dict[str, Assignment] = {}
         self._stopped: dict[str, tuple[float, tuple[str, ...]]] = {}   # job -> (seen at, nodes)
+        self._released: dict[str, float] = {}          # job -> when this daemon released it
+        # job -> (nodes, since): stopped running because its node failed; its old copy may
+        # still run there (a dead slurmd leaves its slurmstepds running)
+        self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
+        self._back: dict[str, float] = {}              # node -> when it was first seen usable again
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -163,6 +180,7 @@ class SlurmBackend:
         now = self.clock.now()
         jobs = parse_jobs(self.cli.squeue())
         self._nodes = parse_nodes(self.cli.nodes())
+        nodes = {n.name: n for n in self._nodes}
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         for j in jobs:
@@ -195,6 +213,13 @@ class SlurmBackend:
             if not still:
                 del self._running[job_id]
                 self._stopped[job_id] = (now, r.nodes)
+                failed = [n for n in r.nodes if not self._node_usable(n, nodes)]
+                if failed and job_id not in self._preempted and j is not None:
+                    self._lost[job_id] = (r.nodes, now)
+                    log.warning("job %s stopped running with its node %s down: not restarted until "
+                                "the node is back (its old copy may still run there)",
+                                job_id, ",".join(failed))
+                    self.on_event("lost_with_node", job_id, ",".join(failed))
         self._stopped = {job: v for job, v in self._stopped.items()
                          if now - v[0] < RESTART_GUARD_SECONDS}
         for job_id, j in gavel.items():
@@ -234,6 +259,26 @@ class SlurmBackend:
         self._jobs = gavel
         self._others_gpus = others
         self._last_poll = now
+        self._settle_lost(now, nodes)
+
+    @staticmethod
+    def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
+        n = nodes.get(name)
+        return n is not None and n.usable
+
+    def _settle_lost(self, now: float, nodes: Mapping[str, SlurmNode]) -> None:
+        """Jobs lost with a node become schedulable once every node of theirs is back."""
+        for name in nodes:
+            if self._node_usable(name, nodes):
+                self._back.setdefault(name, now)
+            else:
+                self._back.pop(name, None)
+        for job, (names, _) in list(self._lost.items()):
+            if job not in self._jobs:
+                del self._lost[job]                   # it left (cancelled, failed)
+            elif all(now - self._back.get(n, now + 1) >= self.lost_settle_seconds for n in names):
+                del self._lost[job]
+                log.info("job %s: node %s is back; it may start again", job, ",".join(names))
 
     # -- departures: Slurm's final state ---------------------------------------------------
     @property
@@ -333,10 +378,16 @@ class SlurmBackend:
         self._escalate(now)
         self._start_deferred()
         self._take_back_stuck(now)
+        self._hold_again()
         states, bad, holds, sizes = [], {}, {}, {}
-        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, int(kv[0]))):
+        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
+            if job_id in self._lost:
+                names, since = self._lost[job_id]
+                bad[job_id] = (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits until "
+                               f"the node is back (Slurm then stops its old copy there)")
+                continue
             try:
                 flags = from_admin_comment(j.admin_comment)
             except InputError as e:
@@ -487,7 +538,9 @@ class SlurmBackend:
                 self._user_files.warn(f"user {j.user}", f"job {state.id}: user {j.user!r} is "
                                       "unknown here, so its files cannot be checked")
                 continue
-            paths = [str(p) for p in candidate_paths(state.id, j.work_dir or None, self.progress_dir)]
+            # an array task writes under its name (35_2) or, from an old iterator, its Slurm id
+            names = [state.id] + ([j.slurm_id] if j.slurm_id not in ('', state.id) else [])
+            paths = [str(p) for n in names for p in candidate_paths(n, j.work_dir or None, self.progress_dir)]
             wanted[state.id] = paths
             for i, path in enumerate(paths):
                 # the configured spool is the admin's (may be reached through a symlink)
@@ -583,7 +636,27 @@ class SlurmBackend:
         now = self.clock.now()
         for job in ready:
             self._starting[job] = (self._planned[job], now)
+            self._released[job] = now
         self._planned.clear()
+
+    def _hold_again(self) -> None:
+        """Hold every gavel job that is pending, not held, and not released by this daemon.
+
+        Only the daemon releases gavel jobs, but a job's owner can still
+        `scontrol requeue` it while it runs: it comes back pending and not
+        held, and Slurm would start it by itself within minutes. It is held
+        again (a held requeue), and the daemon places it like any other.
+        """
+        now = self.clock.now()
+        self._released = {job: at for job, at in self._released.items()
+                          if now - at < self.grace_seconds and job in self._jobs}
+        ours = self._starting.keys() | self._deferred.keys() | self._planned.keys() | self._released.keys()
+        loose = sorted(job for job, j in self._jobs.items()
+                       if j.primary_state == "PENDING" and not j.held and job not in ours)
+        if loose:
+            log.warning("jobs %s are pending but not held (requeued by their owner?): holding "
+                        "them again", ",".join(loose))
+            self._act("hold (requeued outside the daemon)", loose, lambda: self.cli.hold(loose))
 
     def _escalate(self, now: float) -> None:
         late = [job for job, p in self._preempted.items()

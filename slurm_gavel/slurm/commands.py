@@ -23,7 +23,7 @@ from .records import SACCT_FIELDS
 
 log = logging.getLogger("slurm_gavel.slurm")
 
-_JOB_ID = re.compile(r"^[0-9]+$")
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # Slurm 24.11 without accounting (AccountingStorageType=none: no associations) answers a
@@ -189,6 +189,11 @@ class SlurmCLI:
                     raise
                 log.debug("%s: %s; trying again (%d/%d)", " ".join(args), e.stderr, attempt, tries)
                 time.sleep(0.05 * attempt)
+
+    def clear_node_list(self, ids: Iterable[str]) -> None:
+        """Drop the node list the daemon pinned on pending jobs (`NodeList=` empties it)."""
+        for job in job_ids(ids):       # 22.05 refuses a list of ids together with NodeList
+            self.run(["scontrol", "update", f"jobid={job}", "NodeList="])
 
     def release(self, ids: Iterable[str]) -> None:
         ids = job_ids(ids)

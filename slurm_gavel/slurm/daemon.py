@@ -113,6 +113,7 @@ class Daemon:
                              space_sharing=config.space_sharing,
                              solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2),
                              weight_limits=config.weights)
+        self._resume()
         self._reload = False
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
@@ -120,6 +121,18 @@ class Daemon:
                  config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
                  ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
                  " [DRY RUN: nothing is changed in Slurm]" if dry_run else "")
+
+    def _resume(self) -> None:
+        """A restart: go on from the state the last run kept (rounds, ledger, allocation)."""
+        state = self.store.load_engine_state()
+        if state is None:
+            self.engine.round = self.store.next_round()
+            return
+        self.engine.resume(state)
+        self.engine.round = max(self.engine.round, self.store.next_round())
+        log.info("resuming at round %d: %d jobs in the allocation in force, ledger of %d rows",
+                 self.engine.round, len(state.allocation.job_ids) if state.allocation else 0,
+                 len(state.since_reset))
 
     def _check_slurm_config(self, config) -> None:
         """Warn when slurm.conf would not requeue a checkpointed job held."""

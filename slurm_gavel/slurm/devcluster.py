@@ -645,6 +645,25 @@ class DevCluster:
         self._wait_ctld(deadline)
         self._wait_ready(deadline)
 
+    # -- failures, for tests -----------------------------------------------------------
+    def kill_node(self, node: str) -> None:
+        """SIGKILL one node's slurmd (a crashed slurmd: its jobs' slurmstepds go on running)."""
+        rec = self.daemons().get(f"slurmd:{node}")
+        if rec is None:
+            raise DevClusterError(f"no slurmd of node {node!r} recorded")
+        if rec["running"]:
+            os.kill(rec["pid"], signal.SIGKILL)
+            proc = self._procs.get(f"slurmd:{node}")
+            if proc is not None:
+                proc.wait(timeout=10)
+
+    def start_node(self, node: str) -> None:
+        """Start one node's slurmd again (after `kill_node`)."""
+        if node not in self.nodes:
+            raise DevClusterError(f"no node {node!r} in this cluster")
+        tools, _ = check_machine()
+        self._spawn(f"slurmd:{node}", [tools["slurmd"], "-D", "-f", str(self.slurm_conf), "-N", node])
+
     def _spawn(self, name: str, argv: list[str]):
         env = dict(self.env, **{_MARK: str(self.directory)})
         with open(self.directory / "log" / f"{name.replace(':', '-')}.out", "ab") as out:

@@ -23,7 +23,7 @@ features (a string in 22.05, a list in 24.11).  Unset numbers (22.05's null,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -140,6 +140,11 @@ class SlurmJob:
     reservation: str = ""
     required_nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
+    # Slurm's own id: for an array task split off its array (35_2 running as job 38)
+    # the id Slurm prints; `job_id` is then the task's name, 35_2, which every
+    # command accepts and which stays the same across requeues.
+    slurm_id: str = ""
+    priority: float | None = None    # 0: held (by the plugin, the daemon or an admin)
 
     @property
     def primary_state(self) -> str:
@@ -153,6 +158,13 @@ class SlurmJob:
     def finished(self) -> bool:
         return bool(FINISHED_STATES.intersection(self.state)) and "REQUEUED" not in self.state \
             and "COMPLETING" not in self.state
+
+    @property
+    def held(self) -> bool:
+        """Pending and held: Slurm will not start it until someone releases it."""
+        return (self.priority == 0 or "JobHeld" in self.reason
+                or "requeued in held state" in self.reason
+                or bool({"SPECIAL_EXIT", "REQUEUE_HOLD"} & set(self.state)))
 
     @property
     def total_gpus(self) -> int:
@@ -258,8 +270,9 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
         state = _job_state(j.get("job_state"))
         start = number(j.get("start_time"))
         end = number(j.get("end_time"))
-        jobs.append(SlurmJob(
-            job_id=text(number(j.get("job_id"), j.get("job_id"))).split(".")[0],
+        slurm_id = text(number(j.get("job_id"), j.get("job_id"))).split(".")[0]
+        job = SlurmJob(
+            job_id=slurm_id,
             name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
             account=text(j.get("account")), partition=text(j.get("partition")),
             state=state, reason=text(j.get("state_reason")),
@@ -279,8 +292,43 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             else text(j.get("features")),
             reservation=text(j.get("resv_name") or j.get("reservation")),
             required_nodes=_names(j.get("required_nodes")),
-            excluded_nodes=_names(j.get("excluded_nodes"))))
+            excluded_nodes=_names(j.get("excluded_nodes")),
+            slurm_id=slurm_id, priority=number(j.get("priority"), None))
+        jobs.extend(_array_tasks(job, j))
     return jobs
+
+
+def _task_ids(spec: str) -> list[int]:
+    """'0-3', '1,3,5-7', '0-15:4' or with a throttle '0-9%2' -> the task ids."""
+    out: list[int] = []
+    for part in spec.split("%")[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not m:
+            continue
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        out.extend(range(lo, min(hi, lo + 100_000) + 1, int(m.group(3) or 1) or 1))
+    return out
+
+
+def _array_tasks(job: SlurmJob, raw: dict) -> list[SlurmJob]:
+    """An array's record as the scheduler sees it: one job per task, named ARRAY_TASK.
+
+    A task Slurm has split off (running, or requeued) has its own record with
+    its task id; the array's pending tasks share one record with a task string
+    ("0,2-3"), until a command names one of them (`scontrol update jobid=35_2`
+    splits it off).
+    """
+    array = int(number(raw.get("array_job_id"), 0) or 0)
+    if array <= 0:
+        return [job]
+    task = number(raw.get("array_task_id"), None)
+    spec = text(raw.get("array_task_string"))
+    if spec:
+        return [replace(job, job_id=f"{array}_{t}") for t in _task_ids(spec)]
+    if task is not None and 0 <= task < 4_000_000_000:
+        return [replace(job, job_id=f"{array}_{int(task)}")]
+    return [job]
 
 
 def _node_gres(value: Any) -> tuple[str | None, int]:

@@ -39,6 +39,7 @@ from ..core.backend import Departure, JobState, Observation, Usage
 from ..core.errors import GavelError
 from ..core.mechanism import RoundPlan
 from ..core.model import Allocation
+from ..core.state import EngineState
 
 
 class StoreError(GavelError):
@@ -160,7 +161,12 @@ def _v4(db: sqlite_utils.Database):
     db["status"].add_column("gpus", int)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4]
+def _v5(db: sqlite_utils.Database):
+    """The engine's working state (core/state.py), for a daemon restart (issue 11): one row."""
+    db["engine_state"].create({"id": int, "time": float, "state": str}, pk="id")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5]
 
 
 def _finite(v):
@@ -415,6 +421,24 @@ class SqliteStore:
                                       "detail": getattr(departure, "detail", "") or None})
             self.db.execute("delete from status where job = ?", [departure.id])
 
+    def engine_state(self, state: EngineState) -> None:
+        """Keep the engine's working state (the last one only): a restart resumes from it."""
+        with self._tx():
+            self.db["engine_state"].upsert({"id": 1, "time": self.clock(),
+                                            "state": json.dumps(state.to_dict())}, pk="id")
+
+    def load_engine_state(self) -> EngineState | None:
+        """The state the last run kept, or None (a new database, or one it cannot read)."""
+        row = self.db.execute("select state from engine_state where id = 1").fetchone()
+        if row is None:
+            return None
+        try:
+            return EngineState.from_dict(json.loads(row[0]))
+        except (ValueError, GavelError) as e:
+            raise StoreError(f"{self.path}: the saved engine state is unreadable ({e}); "
+                             f"delete its row to start afresh: "
+                             f"sqlite3 {self.path} 'delete from engine_state'") from None
+
     # -- daemon extras ----------------------------------------------------------------
     def status(self, round: int, time_: float, rows: Mapping[str, Mapping]) -> None:
         """Why each active job runs or waits: {job: {worker_type, priority, reason, state, gpus}}
@@ -479,6 +503,11 @@ class SqliteStore:
         """Rounds each job has run in (keep or start)."""
         return {job: n for job, n in self.db.execute(
             "select job, count(distinct round) from placements where action != 'preempt' group by job")}
+
+    def next_round(self) -> int:
+        """The number of the round after the last one recorded (0 for a new database)."""
+        row = self.db.execute("select max(number) from rounds").fetchone()
+        return 0 if row is None or row[0] is None else int(row[0]) + 1
 
     def last_observed(self) -> float | None:
         """When the engine last recorded an observation (a restarted daemon credits from here)."""
