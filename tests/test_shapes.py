@@ -88,3 +88,36 @@ def test_an_owners_requeue_becomes_a_held_requeue(clean, tmp_path):
         code, log = stop_daemon(daemon)
     assert code == 0, log[-3000:]
     assert "requeued by their owner" in log
+
+
+def test_a_partition_the_jobs_account_may_not_use_is_left_out_of_its_row(slurm_accounting_cluster,
+                                                                         tmp_path):
+    """Association limits: an account allowed on k80 only. The policy prefers v100 for the
+    model; Slurm refuses the move ("Invalid account or account/partition combination"),
+    and from then on the job is planned on k80, where it runs."""
+    from slurm_gavel.slurm.devcluster import CLUSTER_NAME
+
+    cluster = slurm_accounting_cluster
+    cluster.run(["sacctmgr", "-i", "add", "account", "gavel-k80only", f"cluster={CLUSTER_NAME}"])
+    cluster.run(["sacctmgr", "-i", "add", "user", "root", "account=gavel-k80only", "partition=k80",
+                 f"cluster={CLUSTER_NAME}"])
+    config = write_config(tmp_path, cluster, round_seconds=5, tick_seconds=1)
+    job = submit(cluster, tmp_path, "convnet", 1, 8, extra=["--account=gavel-k80only", "--partition=k80"])
+    daemon = start_daemon(config)
+    try:
+        deadline = time.time() + 90
+        while queue(cluster).get(job) not in ("RUNNING", "COMPLETED"):
+            assert daemon.poll() is None, daemon.communicate()[0][-3000:]
+            assert time.time() < deadline, "the job never ran"
+            time.sleep(0.5)
+        shown = cluster.run(["squeue", "-h", "-j", job, "-o", "%P"]).stdout.strip()
+        assert shown in ("k80", ""), shown
+    finally:
+        code, log = stop_daemon(daemon)
+        cluster.run(["scancel", job], check=False)
+        cluster.run(["sacctmgr", "-i", "delete", "user", "root", "account=gavel-k80only"], check=False)
+        cluster.run(["sacctmgr", "-i", "delete", "account", "gavel-k80only"], check=False)
+    assert code == 0, log[-3000:]
+    assert "may not use partition v100" in log
+    out = (tmp_path / f"out-{job}.txt").read_text()
+    assert "partition=k80" in out and "partition=v100" not in out, out

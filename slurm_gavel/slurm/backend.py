@@ -76,6 +76,12 @@ FINAL_STATE_PATIENCE_SECONDS = 300.0
 # answered (been usable) this long: its slurmd, registering, is told by slurmctld to
 # kill the job's old copy, which a dead slurmd leaves running.
 LOST_SETTLE_SECONDS = 5.0
+# Slurm's refusals of a partition for a job's account, QOS or user (association
+# limits with AccountingStorageEnforce, AllowAccounts/AllowQos/AllowGroups): the job
+# may not run on that partition's GPU type, whatever the policy would like.
+PARTITION_REFUSALS = ("account/partition", "invalid account", "invalid qos",
+                      "not permitted to use this partition", "access/permission denied",
+                      "user's group not permitted")
 
 
 def _id_order(job_id: str) -> tuple[int, int]:
@@ -139,7 +145,9 @@ class SlurmBackend:
         self.on_event = on_event or (lambda kind, job, detail: None)
         self.backoff = Backoff()
         self.last_error: str | None = None
+        self.refusal: str | None = None                 # Slurm's words when the last action failed
         self._nodes: list[SlurmNode] = []
+        self._type_of: dict[str, str | None] = {}        # node -> its GPU type
         self._jobs: dict[str, SlurmJob] = {}          # gavel jobs Slurm lists as active
         self._bad_flags: dict[str, str] = {}
         self._others_gpus: dict[str, int] = {}        # node -> GPUs held by non-gavel jobs
@@ -156,6 +164,7 @@ class SlurmBackend:
         # still run there (a dead slurmd leaves its slurmstepds running)
         self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
         self._back: dict[str, float] = {}              # node -> when it was first seen usable again
+        self._refused: dict[str, dict[str, str]] = {}   # job -> {worker type: Slurm's refusal}
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -181,6 +190,8 @@ class SlurmBackend:
         jobs = parse_jobs(self.cli.squeue())
         self._nodes = parse_nodes(self.cli.nodes())
         nodes = {n.name: n for n in self._nodes}
+        self._type_of = {n.name: next((self.partitions[p] for p in n.partitions if p in self.partitions), None)
+                         for n in self._nodes}
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         for j in jobs:
@@ -260,6 +271,7 @@ class SlurmBackend:
         self._others_gpus = others
         self._last_poll = now
         self._settle_lost(now, nodes)
+        self._refused = {job: r for job, r in self._refused.items() if job in gavel}
 
     @staticmethod
     def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -383,11 +395,6 @@ class SlurmBackend:
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
             if j.partition and self.partitions_get(j.partition) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
-            if job_id in self._lost:
-                names, since = self._lost[job_id]
-                bad[job_id] = (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits until "
-                               f"the node is back (Slurm then stops its old copy there)")
-                continue
             try:
                 flags = from_admin_comment(j.admin_comment)
             except InputError as e:
@@ -446,6 +453,20 @@ class SlurmBackend:
             return ONE_NODE, verdict.hold
         p = verdict.placement
         placement = ONE_NODE if p is None else Placement(p.worker_types, p.servers, one_server=True)
+        refused = self._refused.get(j.job_id)
+        if refused:
+            allowed = frozenset(placement.worker_types or self.worker_types) - set(refused)
+            if not allowed:
+                return placement, "Slurm refuses every GPU partition for it: " + "; ".join(
+                    f"{wt}: {why}" for wt, why in sorted(refused.items()))
+            servers = placement.servers
+            if servers is not None:
+                servers = frozenset(n for n in servers if self._type_of.get(n) in allowed)
+            placement = Placement(allowed, servers, one_server=True)
+        if j.job_id in self._lost:
+            names, since = self._lost[j.job_id]
+            return placement, (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits "
+                               f"until the node is back (Slurm then stops its old copy there)")
         stuck = self._stuck.get(j.job_id)
         if stuck is not None and now < stuck.until and not j.running:
             return placement, (f"released {stuck.held - stuck.released:.0f} s ago, Slurm says: "
@@ -631,6 +652,11 @@ class SlurmBackend:
                              lambda job=job, p=partition, n=nodes:
                              self.cli.update([job], Partition=p, NodeList=n, StartTime="now")):
                     ready.append(job)
+                elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
+                    wt = self.partitions[partition]
+                    self._refused.setdefault(job, {})[wt] = self.refusal.strip().splitlines()[-1]
+                    log.warning("job %s may not use partition %s (%s): %s is left out of its row",
+                                job, partition, self._refused[job][wt], wt)
         if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
             ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
         now = self.clock.now()
@@ -677,10 +703,12 @@ class SlurmBackend:
             log.info("dry run: would %s: %s", what, ",".join(jobs))
             return True
         log.info("%s: %s", what, ",".join(jobs))
+        self.refusal = None
         try:
             action()
             return True
         except SlurmCommandError as e:
+            self.refusal = e.stderr or str(e)
             # A job can finish between the poll and the action (scancel then
             # says "Invalid job id"); the next poll shows what really happened.
             log.error("%s failed for %s: %s", what, ",".join(jobs), e)
