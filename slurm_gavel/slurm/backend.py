@@ -494,9 +494,15 @@ class SlurmBackend:
         """Hold every released job that Slurm has not started within `start_timeout`, and
         back off before it is planned again (doubling, capped)."""
         self._stuck = {job: v for job, v in self._stuck.items() if job in self._jobs}
+        # Nodes where a preempted job is still saving its checkpoint: a job released
+        # onto them waits for its GPUs (Resources) through no fault of its own.
+        freeing = {n for job in self._preempted if job in self._running for n in self._running[job].nodes}
         late = []
         for job_id, (a, at) in list(self._starting.items()):
             j = self._jobs.get(job_id)
+            if j is not None and not j.running and freeing.intersection(a.nodes):
+                self._starting[job_id] = (a, now)       # its bound starts once they are free
+                continue
             if j is None or j.running:
                 del self._starting[job_id]
                 if j is not None:
