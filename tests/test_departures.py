@@ -118,7 +118,9 @@ def daemon(config: Path) -> Daemon:
 
 def close(d: Daemon):
     d.engine.allocator.close()
+    d.engine.record_pending()       # what a stopping daemon writes before it goes
     d.store.close()
+    d.lock.release()                # the next daemon on this database may start
 
 
 def recorded(db: Path, job: str) -> dict:

@@ -121,7 +121,7 @@ def test_a_second_daemon_on_the_same_database_exits_naming_the_first(clean, tmp_
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
     first = Daemon(config, tmp_path / "first.log")
     try:
-        first.wait_for("round 0")
+        first.wait_for(" kept, ")
         wait_pid_in_lock(tmp_path / "gavel.db", first.proc.pid)
         began = time.time()
         second = run_daemon(config)
@@ -150,7 +150,7 @@ def test_a_second_daemon_on_the_same_database_exits_naming_the_first(clean, tmp_
     # the kernel dropped the lock with the process: the next daemon starts
     third = Daemon(config, tmp_path / "third.log")
     try:
-        third.wait_for("round 0")
+        third.wait_for(" kept, ")
         wait_pid_in_lock(tmp_path / "gavel.db", third.proc.pid)
     finally:
         assert third.stop() == 0, third.log()[-3000:]
@@ -195,7 +195,7 @@ def test_disk_full_and_immutable_files_under_a_running_daemon(clean, tmp_path, s
     config = write_config(tmp_path, cluster, database=str(db), round_seconds=3, tick_seconds=1)
     daemon = Daemon(config, tmp_path / "daemon.log")
     try:
-        daemon.wait_for("round 0")
+        daemon.wait_for(" kept, ")
         first = submit(cluster, tmp_path, "convnet", 1, 60)
         daemon.wait_for(f"release: {first}")
 
@@ -250,7 +250,7 @@ def test_the_database_and_its_directory_deleted_under_a_running_daemon(clean, tm
     config = write_config(tmp_path, cluster, database=str(db), round_seconds=3, tick_seconds=1)
     daemon = Daemon(config, tmp_path / "daemon.log")
     try:
-        daemon.wait_for("round 0")
+        daemon.wait_for(" kept, ")
         first = submit(cluster, tmp_path, "convnet", 1, 30)
         daemon.wait_for(f"release: {first}")
         shutil.rmtree(state)

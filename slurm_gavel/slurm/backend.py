@@ -160,6 +160,7 @@ class SlurmBackend:
         self._planned: dict[str, Assignment] = {}
         self._stopped: dict[str, tuple[float, tuple[str, ...]]] = {}   # job -> (seen at, nodes)
         self._released: dict[str, float] = {}          # job -> when this daemon released it
+        self._release_restarts: dict[str, int] = {}    # job -> its restart count at that release
         # job -> (nodes, since): stopped running because its node failed; its old copy may
         # still run there (a dead slurmd leaves its slurmstepds running)
         self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
@@ -503,7 +504,7 @@ class SlurmBackend:
             if j is not None and not j.running and freeing.intersection(a.nodes):
                 self._starting[job_id] = (a, now)       # its bound starts once they are free
                 continue
-            if j is None or j.running:
+            if j is None or j.running or self._ran_since_release(j):
                 del self._starting[job_id]
                 if j is not None:
                     self._stuck.pop(job_id, None)        # it runs: its next failure starts afresh
@@ -669,7 +670,15 @@ class SlurmBackend:
         for job in ready:
             self._starting[job] = (self._planned[job], now)
             self._released[job] = now
+            j = self._jobs.get(job)
+            self._release_restarts[job] = j.restarts if j is not None else 0
         self._planned.clear()
+
+    def _ran_since_release(self, j: SlurmJob) -> bool:
+        """It started after this daemon released it (and was requeued since): its restart
+        count rose, even if no poll saw it running."""
+        before = self._release_restarts.get(j.job_id)
+        return before is not None and j.restarts > before
 
     def _hold_again(self) -> None:
         """Hold every gavel job that is pending, not held, and not released by this daemon.
@@ -681,7 +690,9 @@ class SlurmBackend:
         """
         now = self.clock.now()
         self._released = {job: at for job, at in self._released.items()
-                          if now - at < self.grace_seconds and job in self._jobs}
+                          if now - at < self.grace_seconds and job in self._jobs
+                          and not self._ran_since_release(self._jobs[job])}
+        self._release_restarts = {job: n for job, n in self._release_restarts.items() if job in self._jobs}
         ours = self._starting.keys() | self._deferred.keys() | self._planned.keys() | self._released.keys()
         loose = sorted(job for job, j in self._jobs.items()
                        if j.primary_state == "PENDING" and not j.held and job not in ours)
