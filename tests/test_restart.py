@@ -50,6 +50,7 @@ def _run(tmp_path, restart_at: int | None, rounds: int, seed: int = 5, policy="m
     plans = []
     for r in range(rounds):
         if r == restart_at:
+            engine.record_pending()  # a stopping daemon writes what it has queued
             store.close()            # the daemon stops; Slurm (the cluster) goes on
             store = SqliteStore(path, clock=clock.now)
             engine = _engine(clock, backend, table, store, policy)
@@ -97,6 +98,7 @@ def test_state_round_trips_through_json(tmp_path):
     for _ in range(6):
         engine.step()
     state = engine.snapshot()
+    engine.record_pending()
     back = EngineState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert back.round == 6 and back.job_ids == state.job_ids and back.servers == state.servers
     assert back.since_reset == state.since_reset and back.total == state.total
