@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
-from .commands import SIGNALS
+from .commands import SIGNALS, SlurmCLI
 
 try:                      # Python 3.11+
     import tomllib
@@ -162,3 +162,9 @@ def from_dict(data: Mapping[str, Any], source: str = "config") -> Config:
 
 
 __all__ = ["Config", "DEFAULT_PATH", "from_dict", "load"]
+
+
+def slurm_cli(config: Config) -> SlurmCLI:
+    """The Slurm commands as `config` says to run them (slurm.conf, bin dir, timeout)."""
+    env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else None
+    return SlurmCLI(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)

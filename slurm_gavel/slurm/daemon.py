@@ -39,7 +39,6 @@ from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy
 from ..core.recompute import Background
 from .backend import SlurmBackend
-from .commands import SlurmCLI
 from .lock import DatabaseLock, LockError, LockUnavailable
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
@@ -79,8 +78,7 @@ class Daemon:
     def __init__(self, config: config_mod.Config, dry_run: bool = False):
         self.config = config
         self.dry_run = dry_run
-        env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else None
-        self.cli = SlurmCLI(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)
+        self.cli = config_mod.slurm_cli(config)
         # the lock first: nothing, not even a migration, is written to another daemon's database
         self.lock = DatabaseLock(config.database, dry_run=dry_run).acquire()
         self.storage_error: str | None = None     # why the database cannot be written, while so

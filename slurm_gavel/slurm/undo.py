@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 
+from ..core.display import clean, printable
 from ..core.errors import GavelError
 from .backend import GAVEL_PREFIX
 from .commands import SlurmCLI, name
@@ -50,12 +51,6 @@ def release_all(cli: SlurmCLI, partitions: str | None = None, dry_run: bool = Fa
     return rows
 
 
-def _shown(text) -> str:
-    # user-controlled text (names, Slurm's messages) never reaches the terminal raw
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in str(text or ""))
-
-
 def register(commands) -> argparse.ArgumentParser:
     p = commands.add_parser(
         "release-all", help="release every held gavel job to Slurm's own scheduler (undo)",
@@ -73,20 +68,16 @@ def register(commands) -> argparse.ArgumentParser:
 
 def cmd_release_all(args) -> int:
     from . import config as config_mod
-    cli = SlurmCLI()
-    if args.config:
-        config = config_mod.load(args.config)
-        env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else None
-        cli = SlurmCLI(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)
+    cli = config_mod.slurm_cli(config_mod.load(args.config)) if args.config else SlurmCLI()
     rows = release_all(cli, args.partitions, dry_run=args.dry_run)
     if args.json:
-        json.dump(rows, sys.stdout, indent=2)
+        json.dump(clean(rows), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         verb = "would" if args.dry_run else "done:"
         for r in rows:
-            state = f"failed: {_shown(r['error'])}" if r["error"] else f"{verb} {', '.join(r['actions'])}"
-            print(f"{r['job']}  {_shown(r['user'])}  {_shown(r['partition'])}  {state}")
+            state = f"failed: {printable(r['error'])}" if r["error"] else f"{verb} {', '.join(r['actions'])}"
+            print(f"{r['job']}  {printable(r['user'])}  {printable(r['partition'])}  {state}")
         print(f"{len(rows)} held gavel job(s){' (dry run: nothing changed)' if args.dry_run else ''}")
     return 1 if any(r["error"] for r in rows) else 0
 
