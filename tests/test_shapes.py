@@ -114,6 +114,12 @@ def test_a_partition_the_jobs_account_may_not_use_is_left_out_of_its_row(slurm_a
             time.sleep(0.5)
         shown = cluster.run(["squeue", "-h", "-j", job, "-o", "%P"]).stdout.strip()
         assert shown in ("k80", ""), shown
+        # RUNNING in squeue comes before slurmstepd has created the output file and the
+        # script has printed its partition: wait for that line before cancelling.
+        out_file = tmp_path / f"out-{job}.txt"
+        while "partition=" not in (out_file.read_text() if out_file.exists() else ""):
+            assert time.time() < deadline, "the job never printed its partition"
+            time.sleep(0.2)
     finally:
         code, log = stop_daemon(daemon)
         cluster.run(["scancel", job], check=False)
