@@ -106,6 +106,9 @@ def _workload_options(p):
     p.add_argument("--multi-gpu", action="store_true",
                    help="continuous-multiple: scale factors 1/2/4/8 at 70/10/15/5%% "
                         "(default: all jobs use 1 GPU)")
+    p.add_argument("--generator", choices=("ours", "gavel"), metavar="{ours,gavel}",
+                   help="workload generator: ours (default), or gavel: exactly the jobs Gavel's own "
+                        "simulator draws for the seed (type, steps, scale factor, arrival)")
     p.add_argument("--round", type=float, default=360.0, metavar="SECONDS", dest="round_seconds",
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
@@ -347,7 +350,8 @@ def _run_config(args, **overrides):
     for name, value in prices:
         _positive(value, f"--prices {name}", allow_zero=True)
     fields = dict(throughputs=args.throughputs, cluster=tuple(parse_cluster(args.cluster).items()),
-                  jobs=args.jobs, multi_gpu=args.multi_gpu, round_seconds=args.round_seconds,
+                  jobs=args.jobs, multi_gpu=args.multi_gpu, generator=args.generator or "ours",
+                  round_seconds=args.round_seconds,
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   checkpoint_seconds=args.checkpoint_seconds, solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
@@ -427,8 +431,10 @@ def cmd_simulate(args) -> int:
     _check_output(args.plot, "--plot")
     if args.seed < 0:
         raise InputError("--seed", f"must be >= 0, got {args.seed}")
-    if args.trace and (args.rate is not None or args.jobs is not None or args.multi_gpu):
-        raise InputError("--trace", "a trace file fixes the jobs: drop --rate, --jobs and --multi-gpu")
+    if args.trace and (args.rate is not None or args.jobs is not None or args.multi_gpu
+                       or args.generator is not None):
+        raise InputError("--trace", "a trace file fixes the jobs: drop --rate, --jobs, --multi-gpu "
+                                    "and --generator")
     _positive(args.rate, "--rate")
     config = _run_config(args, policy=args.policy, agnostic=args.agnostic, trace=args.trace,
                          rate=args.rate, seed=args.seed)

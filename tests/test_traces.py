@@ -17,7 +17,10 @@ from slurm_gavel.sim.simulator import simulate
 from slurm_gavel.estimator.table import ThroughputTable
 from slurm_gavel.sim.workloads import read_trace
 
-GAVEL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel"
+# Gavel's data beside the repository (../shared), or beside a worktree's parent (../../shared)
+GAVEL_DATA = next((p / "shared" / "data" / "gavel" for p in Path(__file__).resolve().parents[2:4]
+                   if (p / "shared" / "data" / "gavel").is_dir()),
+                  Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel")
 THROUGHPUTS = GAVEL_DATA / "physical_cluster_throughputs.json"
 TRACE_DIR = GAVEL_DATA / "traces" / "physical_cluster"
 PHYSICAL_CLUSTER = {"v100": 8, "p100": 16, "k80": 24}
