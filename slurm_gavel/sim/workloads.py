@@ -1,7 +1,8 @@
 """Workloads: job traces and synthetic trace generation.
 
 This module owns the simulated jobs that feed the policies: `TraceJob` with `read_trace` /
-`write_trace` for Gavel's 10-field tab-separated trace format, the synthetic
+`write_trace` for Gavel's 10-field tab-separated trace format (`read_trace`
+also reads the older 7-field layout of Gavel's Philly-derived traces), the synthetic
 trace generators (`generate_trace`: ours, after seed section 2.2, and
 `generator="gavel"`, which draws exactly the jobs Gavel's own simulator draws
 for a seed), and `policy_input`,
@@ -46,6 +47,11 @@ class TraceJob:
 
 TRACE_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
                 "total_steps", "scale_factor", "priority_weight", "slo", "arrival_time")
+# Gavel's older layout (its 2019 Philly-derived traces, scheduler/traces/msr): no working
+# directory, weight or SLO, and the arrival time before the scale factor.  A line with
+# scale factor 0 asked for no GPU; Gavel's parser of that layout skipped it, and so do we.
+OLD_TRACE_FIELDS = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps",
+                    "arrival_time", "scale_factor")
 
 
 def read_trace(path) -> list[TraceJob]:
@@ -67,16 +73,25 @@ def read_trace(path) -> list[TraceJob]:
             line = line[:-1]
         if not line.strip():
             continue
-        jobs.append(_parse_trace_line(line, f"{path}:{number}"))
+        job = _parse_trace_line(line, f"{path}:{number}")
+        if job is not None:
+            jobs.append(job)
     return jobs
 
 
-def _parse_trace_line(line: str, where: str) -> TraceJob:
+def _parse_trace_line(line: str, where: str) -> TraceJob | None:
+    """One line in either layout, told apart by its number of fields (None: a 0-GPU old line)."""
     parts = line.split("\t")
-    if len(parts) != len(TRACE_FIELDS):
+    if len(parts) == len(TRACE_FIELDS):
+        job_type, command, wd, nsa, ndd, steps, sf, weight, slo, arrival = parts
+        old = False
+    elif len(parts) == len(OLD_TRACE_FIELDS):
+        job_type, command, nsa, ndd, steps, arrival, sf = parts
+        wd, weight, slo, old = "", "1", "-1", True
+    else:
         raise InputError(where, f"expected {len(TRACE_FIELDS)} tab-separated fields "
-                                f"({', '.join(TRACE_FIELDS)}), got {len(parts)}")
-    job_type, command, wd, nsa, ndd, steps, sf, weight, slo, arrival = parts
+                                f"({', '.join(TRACE_FIELDS)}) or Gavel's older {len(OLD_TRACE_FIELDS)} "
+                                f"({', '.join(OLD_TRACE_FIELDS)}), got {len(parts)}")
 
     def integer(name, text, minimum):
         try:
@@ -101,7 +116,7 @@ def _parse_trace_line(line: str, where: str) -> TraceJob:
     if ndd not in ("0", "1"):
         raise InputError(where, f"needs_data_dir must be 0 or 1, got {ndd!r}")
     total_steps = integer("total_steps", steps, 0)
-    scale_factor = integer("scale_factor", sf, 1)
+    scale_factor = integer("scale_factor", sf, 0 if old else 1)
     w = real("priority_weight", weight)
     if w <= 0:
         raise InputError(where, f"priority_weight must be > 0, got {weight!r}")
@@ -113,6 +128,8 @@ def _parse_trace_line(line: str, where: str) -> TraceJob:
     t = real("arrival_time", arrival)
     if t < 0:
         raise InputError(where, f"arrival_time must be >= 0, got {arrival!r}")
+    if scale_factor == 0:
+        return None
     return TraceJob(job_type, command, wd, nsa, ndd == "1", total_steps, scale_factor, w, s, t)
 
 
