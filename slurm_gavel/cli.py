@@ -132,7 +132,8 @@ def _simulate_parser(commands):
                     "simulated cluster: a trace file, or Gavel's synthetic workload.")
     p.add_argument("--policy", required=True, metavar="NAME", help="policy name or alias")
     p.add_argument("--agnostic", action="store_true", help="the heterogeneity-agnostic baseline")
-    p.add_argument("--trace", metavar="FILE", help="Gavel's trace file (10 fields, or the older 7 of its Philly-derived traces)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="Gavel's trace file (10 fields, or the older 7 of its Philly-derived traces)")
     p.add_argument("--rate", type=float, metavar="JOBS_PER_HOUR",
                    help="Poisson arrivals (default without --trace: all jobs at time 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default: 0)")

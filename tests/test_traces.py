@@ -74,10 +74,13 @@ def test_trace_completes_within_cluster_capacity(trace, table):
 # job_type, command, num_steps_arg, needs_data_dir, total_steps, arrival_time, scale_factor:
 # the layout of Gavel's scheduler/traces/msr/seed=*/*.trace (2019) and of parse_trace then.
 SEVEN = (
-    "Transformer (batch size 128)\tcd %s/translation && python3 train.py -batch_size 128\t-step\t1\t79561\t0.000000\t1\n"
-    "Recommendation (batch size 8192)\tcd %s/recommendation && python3 train.py\t-n\t1\t1066\t1511.000000\t1\n"
+    "Transformer (batch size 128)\tcd %s/translation && python3 train.py -batch_size 128\t-step\t1"
+    "\t79561\t0.000000\t1\n"
+    "Recommendation (batch size 8192)\tcd %s/recommendation && python3 train.py\t-n\t1"
+    "\t1066\t1511.000000\t1\n"
     "A3C\tcd %s/rl && python3 main.py\t--max-steps\t0\t3000\t1600.000000\t0\n"        # 0 GPUs: skipped
-    "ResNet-50 (batch size 64)\tcd %s/imagenet && python3 main.py -b 64\t--num_minibatches\t1\t4726\t3362.5\t4\n"
+    "ResNet-50 (batch size 64)\tcd %s/imagenet && python3 main.py -b 64\t--num_minibatches\t1"
+    "\t4726\t3362.5\t4\n"
 )
 
 
