@@ -198,6 +198,13 @@ class Bench:
                 raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
             time.sleep(min(0.05, max(0.0, next_tick - time.time())))
 
+    def train_a_while(self) -> None:
+        """Let the job train `--run-seconds`, the backend polled every tick meanwhile as the
+        daemon's ticks do (else the next plan's poll would be the first to see a job that
+        stopped meanwhile, and the restart guard would count from then)."""
+        end = time.time() + self.args.run_seconds
+        self.wait(lambda: time.time() >= end, "the end of a pause")
+
     def execute(self, start: Assignment | None, preempt: tuple[str, ...] = ()) -> float:
         self.backend.observe()          # the round's poll, then the decision
         self.calls.clear()
@@ -287,7 +294,7 @@ class Bench:
             cold.append(row)
             print(f"{i:2d} {row['release']:8.2f} {row['launch']:7.2f} {row['setup']:7.2f} "
                   f"{row['first']:7.2f} {row['total']:7.2f}", flush=True)
-        time.sleep(self.args.run_seconds)
+        self.train_a_while()
         restarts = []
         where = v100
         print(f"\nrestart (preemption decision -> first step after resume), s\n"
@@ -305,13 +312,13 @@ class Bench:
             print(f"{i:2d} {row['to']:<8} {row['stop']:6.2f} {row['save']:6.2f} {row['exit']:6.2f} "
                   f"{row['wait']:6.2f} {row['release']:8.2f} {row['launch']:7.2f} {row['setup']:7.2f} "
                   f"{row['load']:7.2f} {row['first']:7.2f} {step:>7} {row['total']:7.2f}", flush=True)
-            time.sleep(self.args.run_seconds)
+            self.train_a_while()
         swaps = []
         if self.args.swaps:
             other = self.submit()          # held, never started: its first swap is a cold start
             if where != v100:              # both jobs take turns on the v100 node
                 row = self.restart(job, v100)
-                time.sleep(self.args.run_seconds)
+                self.train_a_while()
             print(f"\nswap (preempt one job, start another on the GPU it frees, one plan: decision "
                   f"-> the incoming job's first step), s\n{'#':>2} {'exit':>6} {'(save)':>7} "
                   f"{'release':>8} {'launch':>7} {'setup':>7} {'(load)':>7} {'first':>7} {'total':>7}")
@@ -323,7 +330,7 @@ class Bench:
                 print(f"{i:2d} {row['exit']:6.2f} {row['save']:7.2f} {row['release']:8.2f} "
                       f"{row['launch']:7.2f} {row['setup']:7.2f} {row['load']:7.2f} {row['first']:7.2f} "
                       f"{row['total']:7.2f}{'  (cold: first start)' if row['cold'] else ''}", flush=True)
-                time.sleep(self.args.run_seconds)
+                self.train_a_while()
             subprocess.run(["scancel", other.id], env=self.env, check=False)
         subprocess.run(["scancel", job.id], env=self.env, check=False)
 
