@@ -53,7 +53,7 @@ stopped); `--tick 0.25` measures the parts themselves.
 
     python bench/restart_cost.py                                  # resnet18, tick 10 s
     python bench/restart_cost.py --tick 0.25
-    python bench/restart_cost.py --template resnet50 --tick 0.25
+    python bench/restart_cost.py --template resnet50
 
 Needs root, Slurm and MUNGE (as the tests do) and torch.  A benchmark, not a test:
 it prints numbers.
