@@ -32,6 +32,7 @@ code paths here.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import replace
 from typing import Mapping, Sequence
 
@@ -175,7 +176,9 @@ class Engine:
         self._seen_rules: tuple = ()
         self._rules: tuple = ()
         self._placements: dict = {}
-        self._unrecorded: list[tuple] = []      # store writes not done yet, in order
+        self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
+        # A store may say it drops usage records (the simulator's): then none are queued.
+        self._keep_usage = getattr(self.store, "keeps_usage", True)
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -261,8 +264,9 @@ class Engine:
         for d in obs.departures:
             self.ledger.forget(d.id)
         self._record(self.store.observe, now, obs)
-        for u in obs.usage:
-            self._record(self.store.usage, now, u)
+        if self._keep_usage:
+            for u in obs.usage:
+                self._record(self.store.usage, now, u)
         for d in obs.departures:
             self._record(self.store.departure, d)
         if obs.usage or obs.departures:
@@ -277,10 +281,11 @@ class Engine:
 
     def record_pending(self) -> None:
         """Do the queued store writes in order; the first that fails raises and stays queued."""
-        while self._unrecorded:
-            write, args = self._unrecorded[0]
+        pending = self._unrecorded
+        while pending:
+            write, args = pending[0]
             write(*args)
-            self._unrecorded.pop(0)
+            pending.popleft()
 
     # -- restart ----------------------------------------------------------------
     def snapshot(self) -> EngineState:
