@@ -22,7 +22,8 @@ Before and after a change (`--versions`): the same `slurm-gavel simulate`
 command run on each source tree given (e.g. a `git worktree` of main and this
 one), alternating, `--repeat` times each, each in its own process.  Printed
 per run: the simulation's wall seconds (`wall_seconds` of the summary), the
-whole process's seconds (imports included), seconds in the policy, rounds,
+whole process's seconds (imports included) and CPU seconds (user + system:
+less moved by other processes on a busy machine), seconds in the policy, rounds,
 solves, and a digest of the summary (less its timings) and of the per-job
 CSV: equal digests mean the results did not change.  The machine is noisy:
 read the ratios of runs next to each other.
@@ -36,6 +37,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -68,14 +70,17 @@ def _one(root: Path, command: list[str]) -> dict:
         csv_path = Path(tmp) / "jobs.csv"
         env = dict(os.environ, PYTHONPATH=str(root))
         started = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         out = subprocess.run([sys.executable, "-m", "slurm_gavel", "simulate", *command, "--json",
                               "--quiet", "--csv", str(csv_path)],
                              cwd=root, env=env, capture_output=True, text=True, check=True)
         process = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         summary = json.loads(out.stdout)
         kept = {k: v for k, v in summary.items() if k not in TIMINGS}
         digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:10]
-        return {**summary, "process_seconds": process, "summary_digest": digest,
+        return {**summary, "process_seconds": process, "cpu_seconds": cpu, "summary_digest": digest,
                 "csv_digest": hashlib.sha256(csv_path.read_bytes()).hexdigest()[:10]}
 
 
@@ -84,16 +89,19 @@ def compare(roots: list[str], command: list[str], repeat: int) -> int:
     trees = [Path(r).resolve() for r in roots]
     print(f"slurm-gavel simulate {' '.join(command)}")
     print(f"cpus {os.cpu_count()}, load average {_load()}")
-    print(f"{'tree':<28} {'wall s':>7} {'process s':>9} {'policy s':>8} {'rounds':>7} {'solves':>7} "
+    print(f"{'tree':<28} {'wall s':>7} {'process s':>9} {'cpu s':>6} {'policy s':>8} {'rounds':>7} {'solves':>7} "
           f"{'avg JCT h':>9} {'summary':>10} {'csv':>10}")
     walls: dict[Path, list[float]] = {t: [] for t in trees}
+    cpus: dict[Path, list[float]] = {t: [] for t in trees}
     digests = set()
     for _ in range(repeat):
         for tree in trees:
             row = _one(tree, command)
             walls[tree].append(row["wall_seconds"])
+            cpus[tree].append(row["cpu_seconds"])
             digests.add((row["summary_digest"], row["csv_digest"]))
             print(f"{str(tree)[-28:]:<28} {row['wall_seconds']:7.2f} {row['process_seconds']:9.2f} "
+                  f"{row['cpu_seconds']:6.2f} "
                   f"{row['solve_seconds']:8.2f} {row['rounds']:7d} {row['solves']:7d} "
                   f"{row['average_jct_hours']:9.3f} {row['summary_digest']:>10} {row['csv_digest']:>10}",
                   flush=True)
@@ -101,6 +109,8 @@ def compare(roots: list[str], command: list[str], repeat: int) -> int:
     for tree in trees[1:]:
         ratios = [a / b for a, b in zip(walls[first], walls[tree])]
         print(f"wall {first.name} / {tree.name}: " + ", ".join(f"{r:.2f}x" for r in ratios))
+        ratios = [a / b for a, b in zip(cpus[first], cpus[tree])]
+        print(f"cpu  {first.name} / {tree.name}: " + ", ".join(f"{r:.2f}x" for r in ratios))
     print(f"load average after: {_load()}; results "
           + ("identical in every run" if len(digests) == 1 else f"DIFFER ({len(digests)} digests)"))
     return 0 if len(digests) == 1 else 1

@@ -177,6 +177,7 @@ class Engine:
         self._rules: tuple = ()
         self._placements: dict = {}
         self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
+        self._capacity_of: tuple = (None, None)
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = getattr(self.store, "keeps_usage", True)
 
@@ -363,14 +364,25 @@ class Engine:
             out[job] = {"worker_type": placed.get(job), "priority": best.get(job), "reason": reason}
         return out
 
-    def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
+    def _capacity(self, servers: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        """(GPUs of each type, GPUs of its largest server): kept while the backend hands
+        over the same tuple of servers (read-only: the policy input shares them)."""
+        if servers is self._capacity_of[0]:
+            return self._capacity_of[1]
         gpus: dict[str, int] = {}        # per worker type: GPUs, GPUs of its largest server
         largest: dict[str, int] = {}
-        for s in obs.servers:
+        for s in servers:
             gpus[s.worker_type] = gpus.get(s.worker_type, 0) + s.gpus
             largest[s.worker_type] = max(largest.get(s.worker_type, s.gpus), s.gpus)
         counts = np.array([gpus.get(wt, 0) for wt in self.worker_types], dtype=float)
         per_node = np.array([largest.get(wt, np.nan) for wt in self.worker_types], dtype=float)
+        counts.flags.writeable = per_node.flags.writeable = False
+        if isinstance(servers, tuple):
+            self._capacity_of = (servers, (counts, per_node))
+        return counts, per_node
+
+    def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
+        counts, per_node = self._capacity(obs.servers)
         candidates = obs.jobs
         if self._rules:
             candidates = []
@@ -434,8 +446,10 @@ class Engine:
     def _schedulable(self, jobs: Sequence[JobState], solo: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Which jobs some worker type can run; the others go to `unschedulable` with the reason."""
         sfs = np.array([j.scale_factor for j in jobs], dtype=np.int64)
-        known = np.isfinite(solo).any(axis=1)
         fits = ((solo > 0) & (sfs[:, None] <= counts[None, :])).any(axis=1)
+        if fits.all():
+            return fits
+        known = np.isfinite(solo).any(axis=1)
         for i in np.flatnonzero(~fits):
             job = jobs[i]
             if job.placement is not None and job.placement.worker_types is not None and not any(

@@ -57,16 +57,11 @@ OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off"}
 _local = threading.local()
 
 
-_COLWISE = _MAXIMIZE = None     # highspy's enum values as ints, set with the first instance
-
-
 def _highs():
     """This thread's HiGHS instance (made once; every model passed to it replaces the last)."""
     h = getattr(_local, "highs", None)
     if h is None:
         import highspy
-        global _COLWISE, _MAXIMIZE
-        _COLWISE, _MAXIMIZE = int(highspy.MatrixFormat.kColwise), int(highspy.ObjSense.kMaximize)
         _silence_highs_banner()
         h = highspy.Highs()
         for name, value in OPTIONS.items():
@@ -130,6 +125,13 @@ def _values(rate: np.ndarray | None, multiplicity: np.ndarray, scale_factors: np
     return np.stack(columns, axis=1).ravel()
 
 
+@lru_cache(maxsize=1)
+def _enums() -> tuple[int, int]:
+    """highspy's column-wise matrix format and maximize sense, as the ints passModel takes."""
+    import highspy
+    return int(highspy.MatrixFormat.kColwise), int(highspy.ObjSense.kMaximize)
+
+
 @lru_cache(maxsize=256)
 def _bounds(n_cols: int, n_x: int, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The arrays of a model's shape that never change (read-only; passModel copies them):
@@ -155,7 +157,8 @@ def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, v
     col_lower, row_lower, integrality = _bounds(n_cols, len(col_upper), n_rows)
     upper = np.full(n_cols, highspy.kHighsInf)
     upper[:len(col_upper)] = col_upper
-    status = h.passModel(n_cols, n_rows, len(value), _COLWISE, _MAXIMIZE, 0.0, cost, col_lower,
+    colwise, maximize = _enums()
+    status = h.passModel(n_cols, n_rows, len(value), colwise, maximize, 0.0, cost, col_lower,
                          upper, row_lower, row_upper, start, index, value, integrality)
     if status == highspy.HighsStatus.kError:
         return None
