@@ -40,7 +40,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .solver import HIGHS_SIMPLEX_BELOW, _silence_highs_banner
+from .solver import HIGHS_SIMPLEX_BELOW, _silence_highs_banner, match_scheduler_threads
 
 # Only LPs below this many columns come here: there the cvxpy route's overhead
 # (about 1.5 ms a solve) is most of the time, and HiGHS' simplex is fast.
@@ -66,6 +66,7 @@ def _highs():
         h = highspy.Highs()
         for name, value in OPTIONS.items():
             h.setOptionValue(name, value)
+        match_scheduler_threads(h)
         _local.highs = h
     return h
 
