@@ -276,10 +276,12 @@ class SimulatedCluster:
         usage_of, renewed = self._usage_of, {}
         measure = self.measure
         departed = False
+        made: dict[str, float] = {}
         for a in self._running:
             held = 0.0
             wt = a.worker_type
-            made = {}
+            if measure:
+                made = {}
             for job in a.jobs:
                 state = active.get(job)
                 if state is None:
