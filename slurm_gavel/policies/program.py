@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
-import scipy.sparse as sp
 
 from ..core.model import Allocation, PolicyInput
+from .lazy import cvxpy as cp
+from .lazy import scipy_sparse as sp
 
 
 @dataclass(frozen=True)

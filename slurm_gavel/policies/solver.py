@@ -13,9 +13,9 @@ import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 
+from .lazy import cvxpy as cp
 from ..core.errors import SolverError
 from .program import AllocationProgram
 
