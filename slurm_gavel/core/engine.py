@@ -32,6 +32,7 @@ code paths here.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import replace
 from typing import Mapping, Sequence
 
@@ -175,7 +176,10 @@ class Engine:
         self._seen_rules: tuple = ()
         self._rules: tuple = ()
         self._placements: dict = {}
-        self._unrecorded: list[tuple] = []      # store writes not done yet, in order
+        self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
+        self._capacity_of: tuple = (None, None)
+        # A store may say it drops usage records (the simulator's): then none are queued.
+        self._keep_usage = getattr(self.store, "keeps_usage", True)
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -261,8 +265,9 @@ class Engine:
         for d in obs.departures:
             self.ledger.forget(d.id)
         self._record(self.store.observe, now, obs)
-        for u in obs.usage:
-            self._record(self.store.usage, now, u)
+        if self._keep_usage:
+            for u in obs.usage:
+                self._record(self.store.usage, now, u)
         for d in obs.departures:
             self._record(self.store.departure, d)
         if obs.usage or obs.departures:
@@ -277,10 +282,11 @@ class Engine:
 
     def record_pending(self) -> None:
         """Do the queued store writes in order; the first that fails raises and stays queued."""
-        while self._unrecorded:
-            write, args = self._unrecorded[0]
+        pending = self._unrecorded
+        while pending:
+            write, args = pending[0]
             write(*args)
-            self._unrecorded.pop(0)
+            pending.popleft()
 
     # -- restart ----------------------------------------------------------------
     def snapshot(self) -> EngineState:
@@ -358,14 +364,25 @@ class Engine:
             out[job] = {"worker_type": placed.get(job), "priority": best.get(job), "reason": reason}
         return out
 
-    def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
+    def _capacity(self, servers: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        """(GPUs of each type, GPUs of its largest server): kept while the backend hands
+        over the same tuple of servers (read-only: the policy input shares them)."""
+        if servers is self._capacity_of[0]:
+            return self._capacity_of[1]
         gpus: dict[str, int] = {}        # per worker type: GPUs, GPUs of its largest server
         largest: dict[str, int] = {}
-        for s in obs.servers:
+        for s in servers:
             gpus[s.worker_type] = gpus.get(s.worker_type, 0) + s.gpus
             largest[s.worker_type] = max(largest.get(s.worker_type, s.gpus), s.gpus)
         counts = np.array([gpus.get(wt, 0) for wt in self.worker_types], dtype=float)
         per_node = np.array([largest.get(wt, np.nan) for wt in self.worker_types], dtype=float)
+        counts.flags.writeable = per_node.flags.writeable = False
+        if isinstance(servers, tuple):
+            self._capacity_of = (servers, (counts, per_node))
+        return counts, per_node
+
+    def _policy_input(self, obs: Observation, now: float) -> PolicyInput | None:
+        counts, per_node = self._capacity(obs.servers)
         candidates = obs.jobs
         if self._rules:
             candidates = []
@@ -429,8 +446,10 @@ class Engine:
     def _schedulable(self, jobs: Sequence[JobState], solo: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Which jobs some worker type can run; the others go to `unschedulable` with the reason."""
         sfs = np.array([j.scale_factor for j in jobs], dtype=np.int64)
-        known = np.isfinite(solo).any(axis=1)
         fits = ((solo > 0) & (sfs[:, None] <= counts[None, :])).any(axis=1)
+        if fits.all():
+            return fits
+        known = np.isfinite(solo).any(axis=1)
         for i in np.flatnonzero(~fits):
             job = jobs[i]
             if job.placement is not None and job.placement.worker_types is not None and not any(

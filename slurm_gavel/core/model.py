@@ -131,15 +131,15 @@ class PolicyInput:
         if len(self.entities) != n or any(getattr(self, name).shape != shape
                                           for name, shape in self._shapes(n, k).items()):
             return False
-        with np.errstate(invalid="ignore"):
-            per_type = ((self.counts >= 0) & np.isfinite(self.counts) & ~(self.prices < 0)
-                        & ~(self.gpus_per_node < 1))
-            per_job = ((self.scale_factors >= 1) & (self.weights > 0) & np.isfinite(self.weights)
-                       & ~(self.steps_remaining < 0) & (self.time_since_arrival >= 0)
-                       & np.isfinite(self.time_since_arrival) & ~(self.slo <= 0))
-            if not (per_type.all() and per_job.all() and not (self.throughputs < 0).any()
-                    and not (self.unconsolidated_throughputs < 0).any()):
-                return False
+        # (comparisons with NaN are False and raise no warning: no np.errstate needed)
+        per_type = ((self.counts >= 0) & np.isfinite(self.counts) & ~(self.prices < 0)
+                    & ~(self.gpus_per_node < 1))
+        per_job = ((self.scale_factors >= 1) & (self.weights > 0) & np.isfinite(self.weights)
+                   & ~(self.steps_remaining < 0) & (self.time_since_arrival >= 0)
+                   & np.isfinite(self.time_since_arrival) & ~(self.slo <= 0))
+        if not (per_type.all() and per_job.all() and not (self.throughputs < 0).any()
+                and not (self.unconsolidated_throughputs < 0).any()):
+            return False
         if not self.feasible.any(axis=1).all():
             return False
         if len(self.pair_jobs):
@@ -393,9 +393,10 @@ class Allocation:
     def time_fractions(self) -> np.ndarray:
         """(n,) total time share of each job (its rows, single and paired)."""
         total = self.x.sum(axis=1)
-        paired = self.x_pairs.sum(axis=1)
-        np.add.at(total, self.pair_jobs[:, 0], paired)
-        np.add.at(total, self.pair_jobs[:, 1], paired)
+        if len(self.pair_jobs):
+            paired = self.x_pairs.sum(axis=1)
+            np.add.at(total, self.pair_jobs[:, 0], paired)
+            np.add.at(total, self.pair_jobs[:, 1], paired)
         return total
 
     def gpus_used(self, scale_factors: np.ndarray) -> np.ndarray:

@@ -3,7 +3,9 @@
 The engine reports to a store and never reads its own history back from it
 (its working state is the mechanism's ledger).  `MemoryStore` keeps
 everything in lists (the simulator's); the daemon's SQLite store
-(sqlite_store.py) implements the same five methods.
+(sqlite_store.py) implements the same five methods.  A store may set
+`keeps_usage = False` to say it drops usage records: the engine then does
+not hand them over (a long simulation observes about 30 per round).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class MemoryStore:
 
     def __init__(self, keep_rounds: bool = True):
         self.keep_rounds = keep_rounds
+        self.keeps_usage = keep_rounds
         self.allocations: list[tuple[int, float, Allocation, bool]] = []
         self.rounds: list[tuple[float, RoundPlan]] = []
         self.usages: list[tuple[float, Usage]] = []

@@ -191,6 +191,9 @@ class TableThroughputs:
         # worker types -> (job_type, scale_factor) -> (solo, unconsolidated) rows
         self._rows: dict[tuple[str, ...], dict[tuple, tuple[np.ndarray, np.ndarray]]] = {}
         self._pairs: dict[tuple, np.ndarray | None] = {}
+        # worker types -> (row number of each (job_type, scale_factor), solo rows, unconsolidated
+        # rows): `lookup` picks a whole (n, k) table with one indexing
+        self._stacked: dict[tuple[str, ...], tuple[dict[tuple, int], np.ndarray, np.ndarray]] = {}
 
     def row(self, job_type: str, scale_factor: int, worker_types: Sequence[str]):
         rows = self._rows.setdefault(tuple(worker_types), {})
@@ -212,13 +215,34 @@ class TableThroughputs:
                                          dtype=float) if p else None)
         return self._pairs[key]
 
+    def _rows_of(self, jobs, worker_types) -> list[int]:
+        """Each job's row number in `_stacked` (rows of new (job_type, scale_factor) added)."""
+        types = tuple(worker_types)
+        index, solo, spread = self._stacked.get(types) or ({}, np.zeros((0, len(types))),
+                                                           np.zeros((0, len(types))))
+        get = index.get
+        numbers = [get((j.job_type, j.scale_factor), -1) for j in jobs]
+        if -1 in numbers:
+            added = []
+            for i, j in enumerate(jobs):
+                if numbers[i] < 0:
+                    key = (j.job_type, j.scale_factor)
+                    if key not in index:
+                        index[key] = len(index)
+                        added.append(self.row(j.job_type, j.scale_factor, types))
+                    numbers[i] = index[key]
+            if added:
+                solo = np.vstack([solo] + [r[0][None, :] for r in added])
+                spread = np.vstack([spread] + [r[1][None, :] for r in added])
+            self._stacked[types] = (index, solo, spread)
+        return numbers
+
     def lookup(self, jobs, worker_types, include_pairs=False) -> JobThroughputs:
         n, k = len(jobs), len(worker_types)
-        known = self._rows.get(tuple(worker_types), {})
-        rows = [known.get((j.job_type, j.scale_factor)) or self.row(j.job_type, j.scale_factor, worker_types)
-                for j in jobs]
-        solo = np.array([r[0] for r in rows], dtype=float).reshape(n, k)
-        spread = np.array([r[1] for r in rows], dtype=float).reshape(n, k)
+        numbers = self._rows_of(jobs, worker_types)
+        _, solo_rows, spread_rows = self._stacked[tuple(worker_types)]
+        solo = solo_rows[numbers].reshape(n, k)          # fancy indexing: fresh copies
+        spread = spread_rows[numbers].reshape(n, k)
         pair_jobs, pair_thr = [], []
         if include_pairs:
             for a in range(n):

@@ -14,7 +14,6 @@ import math
 import time
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from ..core.errors import InputError
 from ..core.model import Allocation, PolicyInput
@@ -76,6 +75,8 @@ def _match(p: np.ndarray, gpus: np.ndarray) -> tuple[np.ndarray, np.ndarray, flo
     col_type = np.repeat(open_types, slots * depth)
     col_pos = np.concatenate([np.repeat(np.arange(1, d + 1), s) for s, d in zip(slots, depth)])
     cost = p[rows][:, col_type] * col_pos[None, :]                # inf where the job cannot run
+    from scipy.optimize import linear_sum_assignment    # imported here: it takes a second
+
     r, c = linear_sum_assignment(cost)
     job, jtype, pos = rows[r], col_type[c], col_pos[c]
     types[job] = jtype

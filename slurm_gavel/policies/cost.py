@@ -1,9 +1,9 @@
 """Cost policies: most throughput per dollar, with and without SLOs."""
 from __future__ import annotations
 
-import cvxpy as cp
 import numpy as np
 
+from .lazy import cvxpy as cp
 from ..core.errors import InputError
 from ..core.model import Allocation, PolicyInput
 from .lp import LinearPolicy

@@ -40,7 +40,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .solver import HIGHS_SIMPLEX_BELOW, _silence_highs_banner
+from .solver import HIGHS_SIMPLEX_BELOW, _silence_highs_banner, match_scheduler_threads
 
 # Only LPs below this many columns come here: there the cvxpy route's overhead
 # (about 1.5 ms a solve) is most of the time, and HiGHS' simplex is fast.
@@ -66,6 +66,7 @@ def _highs():
         h = highspy.Highs()
         for name, value in OPTIONS.items():
             h.setOptionValue(name, value)
+        match_scheduler_threads(h)
         _local.highs = h
     return h
 
@@ -125,28 +126,48 @@ def _values(rate: np.ndarray | None, multiplicity: np.ndarray, scale_factors: np
     return np.stack(columns, axis=1).ravel()
 
 
+@lru_cache(maxsize=1)
+def _enums() -> tuple[int, int]:
+    """highspy's column-wise matrix format and maximize sense, as the ints passModel takes."""
+    import highspy
+    return int(highspy.MatrixFormat.kColwise), int(highspy.ObjSense.kMaximize)
+
+
+@lru_cache(maxsize=256)
+def _bounds(n_cols: int, n_x: int, n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arrays of a model's shape that never change (read-only; passModel copies them):
+    column lower bounds (X >= 0, the rest free), row lower bounds (none), integrality (none)."""
+    import highspy
+    inf = highspy.kHighsInf
+    col_lower = np.zeros(n_cols)
+    col_lower[n_x:] = -inf          # t is free
+    row_lower = np.full(n_rows, -inf)
+    integrality = np.zeros(n_cols, dtype=np.int32)
+    for a in (col_lower, row_lower, integrality):
+        a.flags.writeable = False
+    return col_lower, row_lower, integrality
+
+
 def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, value):
     """HiGHS on: max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper, t free.
 
     Returns (columns, objective), or None unless HiGHS reports an optimum.
     """
     import highspy
-    inf = highspy.kHighsInf
     h = _highs()
-    col_lower = np.zeros(n_cols)
-    col_lower[len(col_upper):] = -inf          # t is free
-    upper = np.full(n_cols, inf)
+    col_lower, row_lower, integrality = _bounds(n_cols, len(col_upper), n_rows)
+    upper = np.full(n_cols, highspy.kHighsInf)
     upper[:len(col_upper)] = col_upper
-    status = h.passModel(n_cols, n_rows, len(value), int(highspy.MatrixFormat.kColwise),
-                         int(highspy.ObjSense.kMaximize), 0.0, cost, col_lower, upper,
-                         np.full(n_rows, -inf), row_upper, start, index, value,
-                         np.zeros(n_cols, dtype=np.int32))
+    colwise, maximize = _enums()
+    status = h.passModel(n_cols, n_rows, len(value), colwise, maximize, 0.0, cost, col_lower,
+                         upper, row_lower, row_upper, start, index, value, integrality)
     if status == highspy.HighsStatus.kError:
         return None
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
-    return np.asarray(h.getSolution().col_value), h.getInfo().objective_function_value
+    # getObjectiveValue: the same number as getInfo's, without copying the whole info record
+    return np.asarray(h.getSolution().col_value), h.getObjectiveValue()
 
 
 def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,

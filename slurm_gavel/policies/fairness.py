@@ -1,9 +1,9 @@
 """Fairness policies: max-min fairness (LAS) and finish-time fairness (Themis)."""
 from __future__ import annotations
 
-import cvxpy as cp
 import numpy as np
 
+from .lazy import cvxpy as cp
 from ..core.model import PolicyInput
 from .lp import LinearPolicy, MaxMinPolicy
 from .program import AllocationProgram

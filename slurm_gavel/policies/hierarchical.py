@@ -100,9 +100,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 
+from .lazy import cvxpy as cp
 from ..core.errors import SolverError
 from ..core.model import Allocation, PolicyInput
 from .program import AllocationProgram, repair, structure_key

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-import cvxpy as cp
 import numpy as np
 
+from .lazy import cvxpy as cp
 from ..core.model import Allocation, PolicyInput
 from . import direct
 from .program import AllocationProgram, Numbers, Structure, clean, repair

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
-import scipy.sparse as sp
 
 from ..core.model import Allocation, PolicyInput
+from .lazy import cvxpy as cp
+from .lazy import scipy_sparse as sp
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,9 @@ def clean(x: np.ndarray, cap: np.ndarray) -> np.ndarray:
     Interior-point solvers leave ~1e-9 where the answer is 0; a share of
     1e-7 is 36 microseconds of a 6-minute round.  Call both zero.
     """
-    x = np.minimum(np.clip(x, 0.0, None), cap)
+    # np.maximum, not np.clip (same numbers: -0.0 and noise become 0.0 below; clip's
+    # argument handling costs more than the arithmetic on these small arrays)
+    x = np.minimum(np.maximum(x, 0.0), cap)
     x[x < 1e-7] = 0.0
     return x
 
@@ -224,6 +226,13 @@ def repair(inp: PolicyInput, x: np.ndarray, xp: np.ndarray,
     `pair_jobs` are the jobs of the rows of `xp` (default: inp's pairs).
     """
     pair_jobs = inp.pair_jobs if pair_jobs is None else pair_jobs
+    if not len(xp) and not len(pair_jobs):
+        # no pair rows: the same arithmetic as below, without the Allocation views
+        over = x.sum(axis=1)
+        x = x * np.where(over > 1.0, 1.0 / np.maximum(over, 1e-300), 1.0)[:, None]
+        used = x.T @ inp.scale_factors.astype(float)
+        col = np.where(used > inp.counts, inp.counts / np.maximum(used, 1e-300), 1.0)
+        return x * col[None, :], xp * col[None, :]
     alloc = Allocation(inp.job_ids, inp.worker_types, x, "", pair_jobs=pair_jobs, x_pairs=xp)
     over = alloc.time_fractions()
     row = np.where(over > 1.0, 1.0 / np.maximum(over, 1e-300), 1.0)

@@ -13,9 +13,9 @@ import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 
+from .lazy import cvxpy as cp
 from ..core.errors import SolverError
 from .program import AllocationProgram
 
@@ -55,6 +55,32 @@ def _silence_highs_banner():
         os.dup2(saved, 1)
         os.close(devnull)
         os.close(saved)
+
+
+def match_scheduler_threads(h) -> None:
+    """Set HiGHS instance `h`'s `threads` option to the thread count of HiGHS' global scheduler.
+
+    With `threads` at 0 (its default) every `run` of HiGHS 1.16 counts the
+    machine's physical cores twice, reading /sys for each CPU (about a tenth
+    of the run of the simulator's small LPs); with the scheduler's own count
+    it does that once.  The scheduler is made once per process (on the first
+    run, of any instance), so the count is found by trying: a `threads` that
+    differs from it makes `run` fail at once.  Nothing else changes: the
+    scheduler is the one the process has anyway.
+    """
+    import highspy
+    h.passModel(1, 0, 0, int(highspy.MatrixFormat.kColwise), int(highspy.ObjSense.kMinimize), 0.0,
+                np.zeros(1), np.zeros(1), np.ones(1), np.zeros(0), np.zeros(0),
+                np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0),
+                np.zeros(1, dtype=np.int32))
+    h.run()                                     # makes the scheduler if nothing did yet
+    for threads in range(1, (os.cpu_count() or 1) + 1):
+        h.setOptionValue("threads", threads)
+        if h.run() != highspy.HighsStatus.kError:
+            break
+    else:
+        h.setOptionValue("threads", 0)
+    h.clearModel()
 
 
 # cvxpy compiles a problem with Parameters once and then only refills the

@@ -132,6 +132,9 @@ class SimulatedCluster:
         self._round: tuple[float, float] | None = None    # (advanced up to, end) of the executed round
         self._ckpt_left: dict[str, float] = {}            # checkpoint seconds a start still has to pay
         self._usage: list[Usage] = []
+        # Last round's Usage of each running assignment (by id; the Usage keeps it
+        # alive): a lease renewed for a whole round reports the very same one.
+        self._usage_of: dict[int, Usage] = {}
         self._departures: list[Departure] = []
         self._rate_cache: dict = {}
         # for the isolated-share baseline of finish-time fairness: integral of jobs-in-system
@@ -270,19 +273,25 @@ class SimulatedCluster:
         ckpt_left, column = self._ckpt_left, self._column
         busy = [0.0] * len(self.worker_types)
         usage = self._usage
+        usage_of, renewed = self._usage_of, {}
+        measure = self.measure
         departed = False
+        made: dict[str, float] = {}
         for a in self._running:
             held = 0.0
             wt = a.worker_type
-            made = {}
+            if measure:
+                made = {}
             for job in a.jobs:
                 state = active.get(job)
                 if state is None:
                     continue
-                cost = ckpt_left.get(job, 0.0)
+                cost = ckpt_left.get(job, 0.0) if ckpt_left else 0.0
                 if cost:
                     ckpt_left[job] = cost - length if cost > length else 0.0
-                rate = made[job] = rates.get(job, 0.0)
+                rate = rates.get(job, 0.0)
+                if measure:
+                    made[job] = rate
                 useful = length - cost if length > cost else 0.0
                 left = state.total_steps - done[job]
                 if rate > 0 and left <= rate * useful:
@@ -298,8 +307,12 @@ class SimulatedCluster:
                 if ran > held:
                     held = ran
             busy[column[wt]] += held * a.gpus
-            usage.append(Usage(a, held))
-            if self.measure and held > 0:
+            u = usage_of.get(id(a))
+            if u is None or u.assignment is not a or u.seconds != held:
+                u = Usage(a, held)
+            renewed[id(a)] = u
+            usage.append(u)
+            if measure and held > 0:
                 spread = len(a.servers) > 1
                 for i, job in enumerate(a.jobs):
                     if job not in made:
@@ -307,6 +320,7 @@ class SimulatedCluster:
                     partner = a.jobs[1 - i] if len(a.jobs) == 2 else None
                     # the rate it ran at (read before a completion drops it from `rates`)
                     self._measurements.append(Measurement(job, wt, made[job], partner, spread))
+        self._usage_of = renewed
         self.busy_gpu_seconds += busy
         if departed:
             self._running = tuple(a for a in self._running if all(j in active for j in a.jobs))
