@@ -55,6 +55,7 @@ class FinishTimeFairness(LinearPolicy):
     name = "finish_time_fairness"
     summary = "finish-time fairness (Themis): minimize the largest ratio of finish time to isolated finish time"
     solvers = CONIC_SOLVERS
+    second_stage = True
 
     def check(self, inp: PolicyInput):
         inp.require("steps_remaining", self.name)

@@ -122,6 +122,7 @@ class LinearPolicy:
     use_direct = True
     # Pareto stage and tie-break where the policy has them (module doc).
     pareto = True
+    second_stage = False            # a Pareto stage after the primary objective
 
     def __init__(self):
         self._cache = ProgramCache()
@@ -259,13 +260,34 @@ class LinearPolicy:
                           pair_jobs=pair_jobs, x_pairs=x_pairs)
 
     def _priced(self, full: PolicyInput, params: dict, rates: dict) -> tuple[Allocation, dict]:
-        from .space_sharing import initial_pairs, top_per_job
+        """Column generation over pair rows; with a second stage, first for the primary objective alone.
+
+        The duals of a Pareto stage price columns for that stage, which keeps
+        the primary level fixed: a pair that would raise the level need not
+        raise the stage's sum.  So pricing runs to the end with the primary
+        objective, then goes on from those rows with the second stage.
+        """
+        from .space_sharing import initial_pairs
+
+        state = {"active": initial_pairs(full, self.initial_partners),
+                 "idle": np.zeros(full.n_pairs, dtype=np.int64)}
+        pareto, total = self.pareto, 0
+        try:
+            for stage in ((False, True) if pareto and self.second_stage else (pareto,)):
+                self.pareto = stage
+                allocation, rows, rounds = self._price(full, params, rates, state)
+                total += rounds
+        finally:
+            self.pareto = pareto
+        return allocation, {"pair_rows": len(rows), "pricing_rounds": total}
+
+    def _price(self, full: PolicyInput, params: dict, rates: dict, state: dict):
+        from .space_sharing import top_per_job
 
         shared = {"throughputs": full.shared_throughputs}
         shared.update({name: pair for name, (_, pair) in rates.items()})
         feasible = full.pair_feasible
-        active = initial_pairs(full, self.initial_partners)
-        idle = np.zeros(full.n_pairs, dtype=np.int64)
+        active, idle = state["active"], state["idle"]
         for rounds in range(1, self.max_pricing_rounds + 1):
             rows = np.flatnonzero(active)
             # Pricing needs the duals of the cvxpy route.
@@ -275,7 +297,9 @@ class LinearPolicy:
             gain = compiled.program.reduced_costs(full.pair_jobs, full.scale_factors, shared)
             gain = np.where(feasible, gain, -np.inf).max(axis=1)
             # Improvements below this are solver noise, not better pairs.
-            tolerance = 1e-7 * max(1.0, abs(float(compiled.problem.value)))
+            last = compiled.params["_second"] if self.pareto and "_second" in compiled.params \
+                else compiled.problem
+            tolerance = 1e-7 * max(1.0, abs(float(last.value)))
             score = np.where(active | (gain <= tolerance), -np.inf, gain)
             if not np.isfinite(score).any():
                 break
@@ -289,7 +313,7 @@ class LinearPolicy:
             # best columns are often many copies of one kind of pair, and a
             # few per job is what the next LP can use.
             active |= top_per_job(full.pair_jobs, score, self.pricing_batch) & np.isfinite(score)
-        return allocation, {"pair_rows": len(rows), "pricing_rounds": rounds}
+        return allocation, rows, rounds
 
 
 class CoefficientPolicy(LinearPolicy):
@@ -304,6 +328,8 @@ class CoefficientPolicy(LinearPolicy):
 
 class MaxMinPolicy(CoefficientPolicy):
     """maximize_X min_m c_m * throughput(m, X), then the Pareto stage (module doc)."""
+
+    second_stage = True
 
     def direct(self, structure, numbers, rates, params):
         if not _direct_applies(self, MaxMinPolicy, structure, rates, params):
