@@ -21,15 +21,15 @@ Max-sum (`MaxSumPolicy`): maximize sum_m mult_m * c_m * sum_j T_mj X_mj under
 (1)-(3).  F_mj is 1 where row m can run on type j, else 0.
 
 These are the cvxpy formulations' LPs (without cvxpy's auxiliary variables),
-so the optimum is the same; where the optimum is not unique (max-min is
-indifferent to jobs above the minimum) the two may return different optimal
-vertices.  Each call here solves from scratch, so the answer depends on the
-input alone.  (cvxpy warm-starts HiGHS from the previous solution of the same
-compiled problem, so there the X of an input also depends on what was solved
-before it: re-solving 50 of the simulator's inputs gave another optimal X for
-23 of them.)  A status other than
-optimal returns None and the caller falls back to the cvxpy route, which
-tries other solvers and raises `SolverError` when none succeeds.
+so the optimum is the same.  Where it is not unique, the Pareto stage and
+the tie-break (lp.py) make both routes return the same X: for max-min the
+second stage runs on the same HiGHS model (t's bound fixed at the level, a
+new objective, the simplex going on from the first stage's basis), for
+max-sum the tie-break is in the one objective.  Each call starts from
+scratch (`passModel`), so the answer depends on the input alone.  A status
+other than optimal returns None and the caller falls back to the cvxpy
+route, which tries other solvers and raises `SolverError` when none
+succeeds.
 """
 from __future__ import annotations
 

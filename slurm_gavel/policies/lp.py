@@ -335,7 +335,8 @@ class MaxMinPolicy(CoefficientPolicy):
         if not _direct_applies(self, MaxMinPolicy, structure, rates, params):
             return None
         coef = np.asarray(params["coef"], dtype=float)
-        second = pareto_gains(coef, numbers.solo, structure.multiplicity) if self.pareto else None
+        second = (pareto_gains(np.asarray(params["pareto_weight"], dtype=float), numbers.solo,
+                               structure.multiplicity) if self.pareto else None)
         return direct.max_min(coef, numbers.solo, numbers.feasible, numbers.counts,
                               structure.multiplicity, structure.scale_factors, second=second,
                               slack=PRIMARY_SLACK)
@@ -353,7 +354,18 @@ class MaxMinPolicy(CoefficientPolicy):
         second = cp.Problem(
             cp.Maximize(p["gain"] @ program.throughput + p["tie"] @ program.x),
             program.constraints + [cp.multiply(p["level_coef"], program.throughput) >= p["floor"]])
-        return primary, {"coef": coef, "_second": second, **{"_" + name: v for name, v in p.items()}}
+        return primary, {"coef": coef, "pareto_weight": cp.Parameter(n, nonneg=True), "_second": second,
+                         **{"_" + name: v for name, v in p.items()}}
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        coef = self.coefficients(inp)
+        # Only with the Pareto stage: these numbers tell jobs apart (symmetry.py).
+        return {"coef": coef, "pareto_weight": self.pareto_weights(inp, coef)} if self.pareto else \
+            {"coef": coef}
+
+    def pareto_weights(self, inp: PolicyInput, coef: np.ndarray) -> np.ndarray:
+        """(n,) each job's weight in the Pareto stage's sum: by default its own rate's coefficient."""
+        return coef
 
     def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
         level = solve(compiled.problem, self.solvers, self.name)
@@ -368,8 +380,9 @@ class MaxMinPolicy(CoefficientPolicy):
         program, p = compiled.program, compiled.params
         coef = np.asarray(p["coef"].value, dtype=float)
         solo = program.rate_values("throughputs")
-        weight = program.multiplicity * coef
-        gains = pareto_gains(coef, solo, program.multiplicity)
+        own = np.asarray(p["pareto_weight"].value, dtype=float)
+        weight = program.multiplicity * own
+        gains = pareto_gains(own, solo, program.multiplicity)
         scale = _unit_scale(gains)
         # gain @ throughput + tie @ x puts gains_mj on X_mj, as the direct route does.
         p["_gain"].value = weight * scale
@@ -414,6 +427,6 @@ class MaxSumPolicy(CoefficientPolicy):
 def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rates: dict,
                     params: dict) -> bool:
     """direct.py solves `base`'s own LP: no pair rows, no other rates, the formulation not overridden."""
-    return (policy.use_direct and not len(structure.pair_jobs) and not rates and set(params) == {"coef"}
+    return (policy.use_direct and not len(structure.pair_jobs) and not rates and set(params) <= {"coef", "pareto_weight"}
             and type(policy).formulate is base.formulate and type(policy).solve is base.solve
             and direct.applies(structure.n_jobs, structure.n_types))
