@@ -14,10 +14,11 @@ whichever vertex its pivoting reaches: often one where every job sits at the
 minimum and GPUs stay idle.  So `MaxMinPolicy` solves a second stage with the
 primary objective kept (within PRIMARY_SLACK, relative):
 
-    maximize_X  sum_m mult_m * c_m * throughput(m, X)   s.t.  c_m * throughput(m, X) >= t*
+    maximize_X  sum_m mult_m * v_m * throughput(m, X)   s.t.  c_m * throughput(m, X) >= t*
 
-the sum of the policy's own rates (normalized throughputs for max-min
-fairness).  Every weight is positive, so any X that raised one job without
+with v_m = `pareto_weights` (by default c_m, the policy's own rates; for
+max-min fairness w_m / isolated_m, weighted normalized throughputs).  Every
+v_m is positive, so any X that raised one job without
 lowering another would score higher: the answer is Pareto efficient among
 the primary optima, and no GPU type keeps capacity while a job that runs on
 it has time left.  Max-sum policies are Pareto efficient by themselves.  Both
@@ -347,8 +348,8 @@ class MaxMinPolicy(CoefficientPolicy):
         rate = cp.multiply(coef, program.throughput)
         primary = cp.Problem(cp.Maximize(cp.min(rate)), program.constraints)
         # The Pareto stage: rates scaled by 1/t* stay at 1 - PRIMARY_SLACK or
-        # more; the sum of the rates (gain = mult * coef, scaled) plus the
-        # tie-break on X is maximized.
+        # more; the weighted sum of throughputs (gain = mult * v, scaled) plus
+        # the tie-break on X is maximized.
         p = {"level_coef": cp.Parameter(n, nonneg=True), "floor": cp.Parameter(nonneg=True),
              "gain": cp.Parameter(n, nonneg=True), "tie": cp.Parameter(n * k, nonneg=True)}
         second = cp.Problem(
@@ -427,6 +428,7 @@ class MaxSumPolicy(CoefficientPolicy):
 def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rates: dict,
                     params: dict) -> bool:
     """direct.py solves `base`'s own LP: no pair rows, no other rates, the formulation not overridden."""
-    return (policy.use_direct and not len(structure.pair_jobs) and not rates and set(params) <= {"coef", "pareto_weight"}
+    return (policy.use_direct and not len(structure.pair_jobs) and not rates
+            and set(params) <= {"coef", "pareto_weight"}
             and type(policy).formulate is base.formulate and type(policy).solve is base.solve
             and direct.applies(structure.n_jobs, structure.n_types))
