@@ -1,11 +1,8 @@
 """The direct HiGHS route (policies/direct.py) against the cvxpy formulation.
 
-Both solve the same LP.  Where the optimum is unique they must return the
-same X; max-min and max-sum LPs often have many optimal X (max-min is
-indifferent to jobs above the minimum), and then the two routes may return
-different optimal vertices.  So on random inputs the tests compare what the
-policy promises: the same objective, a feasible X, and an X that attains
-that objective.
+Both solve the same LP: the same objective, a feasible X, an X that attains
+that objective.  The Pareto stage and tie-break (policies/lp.py) make the X
+the same too; tests/test_pareto.py checks that on random inputs.
 """
 from __future__ import annotations
 

@@ -40,10 +40,21 @@ class Agnostic:
     shared queue gives, the same whatever order the types are listed in.
     Effective throughputs computed from the Allocation with the true input
     show what that X really delivers.
+
+    The wrapped policy runs without its Pareto stage and tie-break
+    (`LinearPolicy.pareto`): to a type-blind policy every job of a row total
+    is worth the same on every type, so a second stage would only pick among
+    ties, and the baseline stays the one-stage max-min that Gavel's agnostic
+    numbers are measured against.
     """
 
     def __init__(self, policy: Policy):
         self.policy = policy
+        inner = policy
+        while hasattr(inner, "policy"):
+            inner = inner.policy
+        if hasattr(inner, "pareto"):
+            inner.pareto = False
         self.name = policy.name + "_agnostic"
         self.summary = "heterogeneity-agnostic " + policy.summary
         self.supports_space_sharing = policy.supports_space_sharing

@@ -21,15 +21,15 @@ Max-sum (`MaxSumPolicy`): maximize sum_m mult_m * c_m * sum_j T_mj X_mj under
 (1)-(3).  F_mj is 1 where row m can run on type j, else 0.
 
 These are the cvxpy formulations' LPs (without cvxpy's auxiliary variables),
-so the optimum is the same; where the optimum is not unique (max-min is
-indifferent to jobs above the minimum) the two may return different optimal
-vertices.  Each call here solves from scratch, so the answer depends on the
-input alone.  (cvxpy warm-starts HiGHS from the previous solution of the same
-compiled problem, so there the X of an input also depends on what was solved
-before it: re-solving 50 of the simulator's inputs gave another optimal X for
-23 of them.)  A status other than
-optimal returns None and the caller falls back to the cvxpy route, which
-tries other solvers and raises `SolverError` when none succeeds.
+so the optimum is the same.  Where it is not unique, the Pareto stage and
+the tie-break (lp.py) make both routes return the same X: for max-min the
+second stage runs on the same HiGHS model (t's bound fixed at the level, a
+new objective, the simplex going on from the first stage's basis), for
+max-sum the tie-break is in the one objective.  Each call starts from
+scratch (`passModel`), so the answer depends on the input alone.  A status
+other than optimal returns None and the caller falls back to the cvxpy
+route, which tries other solvers and raises `SolverError` when none
+succeeds.
 """
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ MAX_COLUMNS = HIGHS_SIMPLEX_BELOW
 OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off"}
 
 _local = threading.local()
+
+# A max-min level below this, on rates scaled to a largest entry of ~1, is solver noise.
+NOISE = 1e-12
 
 
 def _highs():
@@ -171,8 +174,17 @@ def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, v
 
 
 def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
-            multiplicity: np.ndarray, scale_factors: np.ndarray) -> Solution | None:
-    """maximize_X min_m coef_m * sum_j T_mj X_mj under (1)-(3); None if HiGHS does not reach optimality."""
+            multiplicity: np.ndarray, scale_factors: np.ndarray, second: np.ndarray | None = None,
+            slack: float = 1e-7) -> Solution | None:
+    """maximize_X min_m coef_m * sum_j T_mj X_mj under (1)-(3); None if HiGHS does not reach optimality.
+
+    With `second` (n, k), the Pareto stage follows on the same HiGHS model:
+    t's lower bound is set to the optimum (less `slack`, relative), the
+    objective becomes sum second_mj X_mj, and the simplex goes on from the
+    optimal basis of the first stage.  The value returned is then the
+    minimum the second stage's X attains (on tiny rates, 1e-15 after scaling,
+    the first stage may call 0 what the second stage's X makes positive).
+    """
     n, k = solo.shape
     rate = coef[:, None] * solo
     scale = _power_of_two_scale(rate)
@@ -189,21 +201,41 @@ def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
     if found is None:
         return None
     columns, objective = found
+    if second is not None:
+        import highspy
+        h = _highs()
+        # A level within solver noise of 0 (rates 1e15 apart) is no floor: both routes agree on that.
+        floor = objective * (1 - slack) if objective > NOISE else 0.0
+        h.changeColBounds(n * k, floor, highspy.kHighsInf)
+        gain = second.ravel() * _power_of_two_scale(second)
+        h.changeColsCost(n * k + 1, np.arange(n * k + 1, dtype=np.int32), np.append(gain, 0.0))
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        x = np.asarray(h.getSolution().col_value)[:n * k].reshape(n, k)
+        return Solution(float((rate * x).sum(axis=1).min()), x)
     return Solution(objective / scale, columns[:n * k].reshape(n, k))
 
 
 def max_sum(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
-            multiplicity: np.ndarray, scale_factors: np.ndarray) -> Solution | None:
-    """maximize_X sum_m mult_m * coef_m * sum_j T_mj X_mj under (1)-(3); None if not optimal."""
+            multiplicity: np.ndarray, scale_factors: np.ndarray,
+            tie: np.ndarray | None = None) -> Solution | None:
+    """maximize_X sum_m mult_m * coef_m * sum_j T_mj X_mj under (1)-(3); None if not optimal.
+
+    `tie` (n, k): each entry's coefficient is multiplied by 1 + tie_mj (a
+    tie-break); the value returned is the objective without it.
+    """
     n, k = solo.shape
     gain = (multiplicity * coef)[:, None] * solo
-    scale = _power_of_two_scale(gain)
+    cost = gain if tie is None else gain * (1.0 + tie)
+    scale = _power_of_two_scale(cost)
     start, index = _pattern(n, k, False)
     value = _values(None, multiplicity, scale_factors, k)
     row_upper = np.concatenate([np.ones(n), counts])
-    found = _solve(n * k, n + k, (gain * scale).ravel(), feasible.astype(float).ravel(), row_upper,
+    found = _solve(n * k, n + k, (cost * scale).ravel(), feasible.astype(float).ravel(), row_upper,
                    start, index, value)
     if found is None:
         return None
-    columns, objective = found
-    return Solution(objective / scale, columns.reshape(n, k))
+    columns, _ = found
+    x = columns.reshape(n, k)
+    return Solution(float((gain * x).sum()), x)

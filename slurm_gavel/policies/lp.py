@@ -7,6 +7,26 @@ row (symmetry.py), and with space sharing, pair rows are priced (column
 generation) so that the LP holds only the pairs that matter.  Max-min and
 max-sum problems without pair rows skip cvxpy: direct.py hands the same LP to
 HiGHS as arrays (the simulator solves thousands of them).
+
+Pareto efficiency and one answer per input.  A max-min LP has many optimal X
+(it is indifferent to every job above the minimum), and a solver returns
+whichever vertex its pivoting reaches: often one where every job sits at the
+minimum and GPUs stay idle.  So `MaxMinPolicy` solves a second stage with the
+primary objective kept (within PRIMARY_SLACK, relative):
+
+    maximize_X  sum_m mult_m * v_m * throughput(m, X)   s.t.  c_m * throughput(m, X) >= t*
+
+with v_m = `pareto_weights` (by default c_m, the policy's own rates; for
+max-min fairness w_m / isolated_m, weighted normalized throughputs).  Every
+v_m is positive, so any X that raised one job without
+lowering another would score higher: the answer is Pareto efficient among
+the primary optima, and no GPU type keeps capacity while a job that runs on
+it has time left.  Max-sum policies are Pareto efficient by themselves.  Both
+kinds may still tie (two jobs, or two types, worth the same); the objective
+on each entry X_mj is multiplied by 1 + TIE_BREAK * u_mj, u a fixed
+pseudo-random table, which leaves one optimum (for all but a measure-zero set
+of inputs) whichever route or solver finds it.  `pareto = False` switches
+both off (the heterogeneity-agnostic baseline does, see base.Agnostic).
 """
 from __future__ import annotations
 
@@ -20,6 +40,53 @@ from ..core.model import Allocation, PolicyInput
 from . import direct
 from .program import AllocationProgram, Numbers, Structure, clean, repair
 from .solver import LP_SOLVERS, Compiled, ProgramCache, solve
+
+# The second stage keeps the primary objective within this (relative): above
+# the solvers' own feasibility tolerance, far below anything a round can show.
+PRIMARY_SLACK = 1e-7
+# Relative size of the tie-break on each entry's objective coefficient: well
+# above the solvers' optimality tolerance (1e-7 on objectives scaled to ~1),
+# far below any real difference between jobs.
+TIE_BREAK = 1e-4
+
+
+def tie_break(n: int, k: int) -> np.ndarray:
+    """(n, k) fixed numbers in [0, 1): the first n*k of one seeded stream, the same on every call."""
+    return _stream(n * k)[:n * k].reshape(n, k)
+
+
+_STREAM = np.zeros(0)
+
+
+def _stream(size: int) -> np.ndarray:
+    global _STREAM
+    if len(_STREAM) < size:
+        # A generic perturbation: an index-linear one (golden ratio, say) ties
+        # on every swap of two jobs between two types.
+        _STREAM = np.random.default_rng(20201104).random(max(size, 2 * len(_STREAM), 4096))
+        _STREAM.flags.writeable = False
+    return _STREAM
+
+
+# No usable entry weighs less than this fraction of the largest in the Pareto
+# stage: rates 1e15 apart (makespan's 1/steps on tiny throughputs) would leave
+# some below the solvers' tolerance, and whether such a job gets an idle GPU
+# would be the solver's whim.
+SMALLEST_GAIN = 1e-6
+
+
+def pareto_gains(weights: np.ndarray, solo: np.ndarray, multiplicity: np.ndarray) -> np.ndarray:
+    """(n, k) objective coefficient of each X_mj in a sum of weighted rates, with the tie-break."""
+    n, k = solo.shape
+    gain = (multiplicity * weights)[:, None] * solo * (1.0 + TIE_BREAK * tie_break(n, k))
+    top = float(gain.max()) if gain.size else 0.0
+    return np.where(solo > 0, np.maximum(gain, SMALLEST_GAIN * top), 0.0)
+
+
+def _unit_scale(values: np.ndarray) -> float:
+    """A power of two that brings max|values| into [1, 2) (exact; solver tolerances stay meaningful)."""
+    top = float(np.max(np.abs(values))) if np.size(values) else 0.0
+    return float(2.0 ** -np.floor(np.log2(top))) if top > 0 and np.isfinite(top) else 1.0
 
 
 class LinearPolicy:
@@ -54,6 +121,9 @@ class LinearPolicy:
     pricing_batch = 4
     # Solve LPs that direct.py writes out without cvxpy (same LP, no overhead).
     use_direct = True
+    # Pareto stage and tie-break where the policy has them (module doc).
+    pareto = True
+    second_stage = False            # a Pareto stage after the primary objective
 
     def __init__(self):
         self._cache = ProgramCache()
@@ -191,13 +261,34 @@ class LinearPolicy:
                           pair_jobs=pair_jobs, x_pairs=x_pairs)
 
     def _priced(self, full: PolicyInput, params: dict, rates: dict) -> tuple[Allocation, dict]:
-        from .space_sharing import initial_pairs, top_per_job
+        """Column generation over pair rows; with a second stage, first for the primary objective alone.
+
+        The duals of a Pareto stage price columns for that stage, which keeps
+        the primary level fixed: a pair that would raise the level need not
+        raise the stage's sum.  So pricing runs to the end with the primary
+        objective, then goes on from those rows with the second stage.
+        """
+        from .space_sharing import initial_pairs
+
+        state = {"active": initial_pairs(full, self.initial_partners),
+                 "idle": np.zeros(full.n_pairs, dtype=np.int64)}
+        pareto, total = self.pareto, 0
+        try:
+            for stage in ((False, True) if pareto and self.second_stage else (pareto,)):
+                self.pareto = stage
+                allocation, rows, rounds = self._price(full, params, rates, state)
+                total += rounds
+        finally:
+            self.pareto = pareto
+        return allocation, {"pair_rows": len(rows), "pricing_rounds": total}
+
+    def _price(self, full: PolicyInput, params: dict, rates: dict, state: dict):
+        from .space_sharing import top_per_job
 
         shared = {"throughputs": full.shared_throughputs}
         shared.update({name: pair for name, (_, pair) in rates.items()})
         feasible = full.pair_feasible
-        active = initial_pairs(full, self.initial_partners)
-        idle = np.zeros(full.n_pairs, dtype=np.int64)
+        active, idle = state["active"], state["idle"]
         for rounds in range(1, self.max_pricing_rounds + 1):
             rows = np.flatnonzero(active)
             # Pricing needs the duals of the cvxpy route.
@@ -207,7 +298,9 @@ class LinearPolicy:
             gain = compiled.program.reduced_costs(full.pair_jobs, full.scale_factors, shared)
             gain = np.where(feasible, gain, -np.inf).max(axis=1)
             # Improvements below this are solver noise, not better pairs.
-            tolerance = 1e-7 * max(1.0, abs(float(compiled.problem.value)))
+            last = compiled.params["_second"] if self.pareto and "_second" in compiled.params \
+                else compiled.problem
+            tolerance = 1e-7 * max(1.0, abs(float(last.value)))
             score = np.where(active | (gain <= tolerance), -np.inf, gain)
             if not np.isfinite(score).any():
                 break
@@ -221,7 +314,7 @@ class LinearPolicy:
             # best columns are often many copies of one kind of pair, and a
             # few per job is what the next LP can use.
             active |= top_per_job(full.pair_jobs, score, self.pricing_batch) & np.isfinite(score)
-        return allocation, {"pair_rows": len(rows), "pricing_rounds": rounds}
+        return allocation, rows, rounds
 
 
 class CoefficientPolicy(LinearPolicy):
@@ -235,38 +328,107 @@ class CoefficientPolicy(LinearPolicy):
 
 
 class MaxMinPolicy(CoefficientPolicy):
-    """maximize_X min_m c_m * throughput(m, X)."""
+    """maximize_X min_m c_m * throughput(m, X), then the Pareto stage (module doc)."""
+
+    second_stage = True
 
     def direct(self, structure, numbers, rates, params):
         if not _direct_applies(self, MaxMinPolicy, structure, rates, params):
             return None
-        return direct.max_min(np.asarray(params["coef"], dtype=float), numbers.solo, numbers.feasible,
-                              numbers.counts, structure.multiplicity, structure.scale_factors)
+        coef = np.asarray(params["coef"], dtype=float)
+        second = (pareto_gains(np.asarray(params["pareto_weight"], dtype=float), numbers.solo,
+                               structure.multiplicity) if self.pareto else None)
+        return direct.max_min(coef, numbers.solo, numbers.feasible, numbers.counts,
+                              structure.multiplicity, structure.scale_factors, second=second,
+                              slack=PRIMARY_SLACK)
 
     def formulate(self, program: AllocationProgram):
-        coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        objective = cp.Maximize(cp.min(cp.multiply(coef, program.throughput)))
-        return cp.Problem(objective, program.constraints), {"coef": coef}
+        n, k = program.n_jobs, program.n_types
+        coef = cp.Parameter(n, nonneg=True, name="coef")
+        rate = cp.multiply(coef, program.throughput)
+        primary = cp.Problem(cp.Maximize(cp.min(rate)), program.constraints)
+        # The Pareto stage: rates scaled by 1/t* stay at 1 - PRIMARY_SLACK or
+        # more; the weighted sum of throughputs (gain = mult * v, scaled) plus
+        # the tie-break on X is maximized.
+        p = {"level_coef": cp.Parameter(n, nonneg=True), "floor": cp.Parameter(nonneg=True),
+             "gain": cp.Parameter(n, nonneg=True), "tie": cp.Parameter(n * k, nonneg=True)}
+        second = cp.Problem(
+            cp.Maximize(p["gain"] @ program.throughput + p["tie"] @ program.x),
+            program.constraints + [cp.multiply(p["level_coef"], program.throughput) >= p["floor"]])
+        return primary, {"coef": coef, "pareto_weight": cp.Parameter(n, nonneg=True), "_second": second,
+                         **{"_" + name: v for name, v in p.items()}}
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        coef = self.coefficients(inp)
+        # Only with the Pareto stage: these numbers tell jobs apart (symmetry.py).
+        return {"coef": coef, "pareto_weight": self.pareto_weights(inp, coef)} if self.pareto else \
+            {"coef": coef}
+
+    def pareto_weights(self, inp: PolicyInput, coef: np.ndarray) -> np.ndarray:
+        """(n,) each job's weight in the Pareto stage's sum: by default its own rate's coefficient."""
+        return coef
+
+    def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
+        level = solve(compiled.problem, self.solvers, self.name)
+        if not self.pareto:
+            return level
+        self._pareto_stage(compiled, level)
+        # What the final X attains (as on the direct route).
+        coef = np.asarray(compiled.params["coef"].value, dtype=float)
+        return float(np.min(coef * compiled.program.throughput.value))
+
+    def _pareto_stage(self, compiled: Compiled, level: float):
+        program, p = compiled.program, compiled.params
+        coef = np.asarray(p["coef"].value, dtype=float)
+        solo = program.rate_values("throughputs")
+        own = np.asarray(p["pareto_weight"].value, dtype=float)
+        weight = program.multiplicity * own
+        gains = pareto_gains(own, solo, program.multiplicity)
+        scale = _unit_scale(gains)
+        # gain @ throughput + tie @ x puts gains_mj on X_mj, as the direct route does.
+        p["_gain"].value = weight * scale
+        p["_tie"].value = (np.maximum(gains - weight[:, None] * solo, 0.0) * scale).ravel()
+        # A level within solver noise of 0 is no floor (as on the direct route).
+        positive = level * _unit_scale(coef[:, None] * solo) > direct.NOISE
+        p["_level_coef"].value = coef / level if positive else coef
+        p["_floor"].value = 1.0 - PRIMARY_SLACK if positive else 0.0
+        solve(p["_second"], self.solvers, self.name + " (Pareto stage)")
 
 
 class MaxSumPolicy(CoefficientPolicy):
-    """maximize_X sum_m c_m * throughput(m, X)."""
+    """maximize_X sum_m c_m * throughput(m, X), ties broken as the module doc says."""
 
     def direct(self, structure, numbers, rates, params):
         if not _direct_applies(self, MaxSumPolicy, structure, rates, params):
             return None
         return direct.max_sum(np.asarray(params["coef"], dtype=float), numbers.solo, numbers.feasible,
-                              numbers.counts, structure.multiplicity, structure.scale_factors)
+                              numbers.counts, structure.multiplicity, structure.scale_factors,
+                              tie=TIE_BREAK * tie_break(*numbers.solo.shape) if self.pareto else None)
 
     def formulate(self, program: AllocationProgram):
         coef = cp.Parameter(program.n_jobs, nonneg=True, name="coef")
-        objective = cp.Maximize(program.total(cp.multiply(coef, program.throughput)))
-        return cp.Problem(objective, program.constraints), {"coef": coef}
+        tie = cp.Parameter(program.n_jobs * program.n_types, nonneg=True)
+        total = program.total(cp.multiply(coef, program.throughput))
+        problem = cp.Problem(cp.Maximize(total + tie @ program.x), program.constraints)
+        return problem, {"coef": coef, "_tie": tie, "_total": total}
+
+    def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
+        program, p = compiled.program, compiled.params
+        coef = np.asarray(p["coef"].value, dtype=float)
+        solo = program.rate_values("throughputs")
+        # The objective scaled to ~1, so that the tie-break is above the solver's tolerance.
+        scale = _unit_scale((program.multiplicity * coef)[:, None] * solo)
+        p["coef"].value = coef * scale
+        tie = TIE_BREAK * tie_break(*solo.shape) if self.pareto else np.zeros(solo.shape)
+        p["_tie"].value = ((program.multiplicity * coef * scale)[:, None] * solo * tie).ravel()
+        solve(compiled.problem, self.solvers, self.name)
+        return float(p["_total"].value) / scale
 
 
 def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rates: dict,
                     params: dict) -> bool:
     """direct.py solves `base`'s own LP: no pair rows, no other rates, the formulation not overridden."""
-    return (policy.use_direct and not len(structure.pair_jobs) and not rates and set(params) == {"coef"}
-            and type(policy).formulate is base.formulate and type(policy).solve is LinearPolicy.solve
+    return (policy.use_direct and not len(structure.pair_jobs) and not rates
+            and set(params) <= {"coef", "pareto_weight"}
+            and type(policy).formulate is base.formulate and type(policy).solve is base.solve
             and direct.applies(structure.n_jobs, structure.n_types))

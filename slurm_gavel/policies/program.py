@@ -151,6 +151,10 @@ class AllocationProgram:
             shared_params[0].value = shared[:, :, 0].ravel()
             shared_params[1].value = shared[:, :, 1].ravel()
 
+    def rate_values(self, name: str) -> np.ndarray:
+        """(n, k) the solo numbers rate `name` was last filled with."""
+        return np.asarray(self._rates[name][0].value, dtype=float).reshape(self.n_jobs, self.n_types)
+
     def total(self, expr):
         """Sum of a per-row expression over all jobs (rows count their multiplicity)."""
         self.fixed_multiplicity = True
