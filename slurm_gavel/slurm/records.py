@@ -118,7 +118,7 @@ class SlurmJob:
     comment: str
     admin_comment: str
     gpu_type: str | None
-    gpus: int                 # GPUs per node requested
+    gpus: int                 # GPUs per node requested (or, without one, the total over its nodes)
     node_count: int
     restarts: int
     submit_time: float | None
@@ -145,6 +145,9 @@ class SlurmJob:
     # command accepts and which stays the same across requeues.
     slurm_id: str = ""
     priority: float | None = None    # 0: held (by the plugin, the daemon or an admin)
+    # --gpus=N (TresPerJob): the job's GPU total, whatever its shape; 0 when it asks per node
+    # only.  A distributed gavel job carries one (job_submit.lua): the daemon reshapes it.
+    gpus_per_job: int = 0
 
     @property
     def primary_state(self) -> str:
@@ -168,7 +171,12 @@ class SlurmJob:
 
     @property
     def total_gpus(self) -> int:
-        return self.gpus * max(1, self.node_count)
+        return self.gpus_per_job or self.gpus * max(1, self.node_count)
+
+    @property
+    def reshapeable(self) -> bool:
+        """Its GPU total is fixed per job, so nodes and GPUs per node may be chosen."""
+        return self.gpus_per_job > 0
 
     @property
     def memory_needed(self) -> float | None:
@@ -265,8 +273,13 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
     for j in data.get("jobs") or []:
         if not isinstance(j, dict):
             continue
-        gpu_type, gpus = gpu_request(j.get("tres_per_node"), j.get("gres_detail"),
-                                     j.get("tres_per_job"), j.get("tres_req_str"))
+        gpu_type, gpus = gpu_request(j.get("tres_per_node"), j.get("gres_detail"))
+        job_type, per_job = gpu_request(j.get("tres_per_job"))
+        node_count = int(number(j.get("node_count"), 1) or 1)
+        if not gpus:
+            # --gpus=N alone: N over its nodes (as Slurm spreads it); else what it was given
+            gpu_type, gpus = (job_type, -(-per_job // node_count)) if per_job else \
+                gpu_request(j.get("tres_req_str"))
         state = _job_state(j.get("job_state"))
         start = number(j.get("start_time"))
         end = number(j.get("end_time"))
@@ -278,7 +291,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             state=state, reason=text(j.get("state_reason")),
             nodes=tuple(expand_hostlist(text(j.get("nodes")))), comment=text(j.get("comment")),
             admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
-            node_count=int(number(j.get("node_count"), 1) or 1),
+            node_count=node_count,
             restarts=int(number(j.get("restart_cnt"), 0) or 0),
             submit_time=number(j.get("submit_time")), start_time=start or None,
             end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
@@ -293,7 +306,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             reservation=text(j.get("resv_name") or j.get("reservation")),
             required_nodes=_names(j.get("required_nodes")),
             excluded_nodes=_names(j.get("excluded_nodes")),
-            slurm_id=slurm_id, priority=number(j.get("priority"), None))
+            slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job)
         jobs.extend(_array_tasks(job, j))
     return jobs
 
