@@ -85,3 +85,16 @@ def test_a_total_no_type_can_hold_in_equal_parts_says_why():
 ])
 def test_equal_split(total, sizes, shape):
     assert equal_split(total, sizes) == shape
+
+
+def test_gpus_slurm_split_unevenly_are_read_per_node():
+    """Another user's --gpus=6 on two 4-GPU nodes: Slurm gave it 4+2 (gres_detail as
+    22.05's squeue --json shows it), so k80-0 has no GPU free and k80-1 two; not 3+3."""
+    cli = ShapeCLI(1)
+    other = dict(cli.job, job_id=12, admin_comment="", comment="", job_state="RUNNING",
+                 nodes="k80-[0-1]", node_count=2, tres_per_job="gres:gpu:6", tres_per_node="",
+                 gres_detail=["gpu:k80:4(IDX:0-3)", "gpu:k80:2(IDX:0-1)"], partition="k80")
+    cli.squeue = lambda: {"jobs": [dict(cli.job), other]}
+    backend = SlurmBackend(cli, SimulatedClock(1000.0))
+    free = {s.name: s.gpus for s in backend.observe().servers}
+    assert "k80-0" not in free and free["k80-1"] == 2, free

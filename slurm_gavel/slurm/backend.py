@@ -205,8 +205,8 @@ class SlurmBackend:
                 if not j.finished:
                     gavel[j.job_id] = j
             elif j.running:
-                for n in j.nodes:
-                    others[n] = others.get(n, 0) + j.gpus
+                for n in j.nodes:                  # as Slurm split them (4+2 for --gpus=6)
+                    others[n] = others.get(n, 0) + j.gpus_on(n)
         gone = [job for job in dict.fromkeys([*self._jobs, *sorted(self._unreconciled)])
                 if job not in gavel]
         finals = self._final_states(gone, jobs, now)
@@ -437,14 +437,14 @@ class SlurmBackend:
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
             # an --exclusive job holds its whole node, as it was planned (see _held_gpus)
-            gpus = sizes.get(job_id, j.gpus) if j.exclusive else j.gpus
-            running.append(Assignment((job_id,), r.worker_type, tuple((n, gpus) for n in r.nodes)))
+            running.append(Assignment((job_id,), r.worker_type, tuple(
+                (n, sizes.get(job_id, j.gpus) if j.exclusive else j.gpus_on(n)) for n in r.nodes)))
         # Released but not started yet (Slurm starts a released job within seconds):
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
         # (One that does not start in time was taken back above.)
         for job_id, (a, at) in sorted(self._starting.items()):
             running.append(a)
-        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus if job in self._jobs
+        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus_on(n) if job in self._jobs
                                                           else 0) for n in nodes)), seconds)
                       for (job, wt, nodes), seconds in sorted(self._usage.items()))
         self._usage = {}
