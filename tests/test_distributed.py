@@ -10,6 +10,7 @@ never on unequal parts.  The Slurm facts this rests on: docs/distributed.md.
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 
 import pytest
@@ -117,7 +118,13 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
         # each run on the daemon's choice: same partition, nodes, GPUs per node
         assert [(p, sorted(h), c, g) for p, h, c, g in shapes] == \
             [(p, sorted(n), c, g) for p, n, c, g in planned.get(job, [])][:len(shapes)], (job, shapes, planned)
-        reshaped += len({(c, g) for _, _, c, g in shapes}) > 1
+        if len({(c, g) for _, _, c, g in shapes}) > 1:
+            reshaped += 1
+            # its speeds were learned apart: consolidated (1 node) and spread (several)
+            with sqlite3.connect(tmp_path / "gavel.db") as db:
+                spreads = {row[0] for row in db.execute(
+                    "select spread from job_throughputs where job = ?", (job,))}
+            assert spreads == {0, 1}, (job, spreads, shapes)
         assert seen[job], f"squeue never showed {job} running"
     assert preempted >= 2, "no job was preempted and resumed"
     assert moved >= 1, "no job moved between GPU types"
