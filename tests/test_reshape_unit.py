@@ -98,3 +98,13 @@ def test_gpus_slurm_split_unevenly_are_read_per_node():
     backend = SlurmBackend(cli, SimulatedClock(1000.0))
     free = {s.name: s.gpus for s in backend.observe().servers}
     assert "k80-0" not in free and free["k80-1"] == 2, free
+
+
+def test_an_exclusive_distributed_job_planned_as_a_whole_node_asks_its_own_total():
+    cli = ShapeCLI(2)
+    cli.job["shared"] = "none"                      # --exclusive on 22.05
+    backend = SlurmBackend(cli, SimulatedClock(1000.0))
+    (state,) = backend.observe().jobs
+    assert state.scale_factor == 4                  # the node's GPUs, kept from others
+    _start(backend, ("p100-0", 4))
+    assert cli.updates[-1][1]["Gres"] == "gpu:2" and cli.updates[-1][1]["NumNodes"] == "1-1"

@@ -675,7 +675,9 @@ class SlurmBackend:
                 a = self._planned[job]
                 j = self._jobs.get(job)
                 if j is not None and j.reshapeable:
-                    per = a.servers[0][1]
+                    # its own total over the planned nodes: an --exclusive job was planned
+                    # as their whole GPUs (_held_gpus), but Slurm checks the total
+                    per = max(1, j.total_gpus // len(a.servers))
                     what = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
                     action = (lambda job=job, p=partition, n=a.nodes, per=per:
                               self.cli.reshape(job, p, n, per))
