@@ -20,8 +20,9 @@ end of the comment or whitespace). For such a job this plugin
      reshapes it around (docs/distributed.md): `-N k --gres=gpu:m` (k > 1) gets
      --gpus=k*m next to its per-node count; `--gpus=N -N 1` becomes the one-node
      request `--gres=gpu:N`; `--gpus=N` alone stays a job whose shape (nodes, GPUs
-     per node) the daemon chooses. GPUs per task or per socket are refused: their
-     shape cannot be changed (ask --gpus=N --ntasks-per-gpu=1 instead);
+     per node) the daemon chooses. GPUs per task or per socket, and a fixed
+     --ntasks-per-node (above 1) on such a job, are refused: they cannot follow
+     the shape (ask --gpus=N --ntasks-per-gpu=1 instead);
   4. turns requeue on: preemption requeues the job;
   5. stores the canonical flags in admin_comment ("gavel:v1 model=... weight=..."),
      which only administrators can change, so the daemon reads flags the user
@@ -411,6 +412,13 @@ local function gres_prefix(spec)
     return "gres:"
 end
 
+-- A 16-bit count such as ntasks_per_node: unset is NO_VAL16 (or INFINITE16).
+local NO_VAL16 = 65534
+
+local TASKS_REFUSED = "gavel flags: --ntasks-per-node cannot follow the shape the scheduler "
+                      .. "chooses for a job on several nodes: ask --ntasks-per-gpu=1 (one task "
+                      .. "per GPU wherever they are) or one task per node"
+
 local SHAPE_REFUSED = "gavel flags: GPUs per task or per socket cannot be reshaped by the "
                       .. "scheduler: ask for the job's total, e.g. --gpus=4 (one task per GPU: "
                       .. "--gpus=4 --ntasks-per-gpu=1)"
@@ -435,6 +443,12 @@ local function normalize_shape(job_desc, fields, counts)
         -- --gpus=N -N 1: a one-node job of N GPUs, like --gres=gpu:N
         out.tres_per_node = fields.tres_per_job
         out.tres_per_job = ""
+    end
+    local reshapeable = (out.tres_per_job ~= nil and out.tres_per_job ~= "")
+                        or (per_job > 0 and out.tres_per_job == nil)
+    local tasks = tonumber(job_desc.ntasks_per_node)
+    if reshapeable and tasks ~= nil and tasks > 1 and tasks < NO_VAL16 then
+        return nil, TASKS_REFUSED
     end
     return out
 end
