@@ -16,6 +16,13 @@ end of the comment or whitespace). For such a job this plugin
   3. makes its GPU request untyped (gpu:v100:2 -> gpu:2): the daemon picks the
      GPU type through the partition, and Slurm refuses to change a pending job's
      typed GRES ("with and without type identification");
+  3b. gives every distributed job a per-job GPU total, the invariant the daemon
+     reshapes it around (docs/distributed.md): `-N k --gres=gpu:m` (k > 1) gets
+     --gpus=k*m next to its per-node count; `--gpus=N -N 1` becomes the one-node
+     request `--gres=gpu:N`; `--gpus=N` alone stays a job whose shape (nodes, GPUs
+     per node) the daemon chooses. GPUs per task or per socket, and a fixed
+     --ntasks-per-node (above 1) on such a job, are refused: they cannot follow
+     the shape (ask --gpus=N --ntasks-per-gpu=1 instead);
   4. turns requeue on: preemption requeues the job;
   5. stores the canonical flags in admin_comment ("gavel:v1 model=... weight=..."),
      which only administrators can change, so the daemon reads flags the user
@@ -385,6 +392,67 @@ end
 -- --gpus, --gpus-per-socket, --gpus-per-task).
 local GPU_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
 
+-- Slurm's "not set" (NO_VAL) and "unlimited" (INFINITE) for a 32-bit count.
+local NO_VAL = 4294967294
+
+local function count_set(value)
+    local n = tonumber(value)
+    if n == nil or n <= 0 or n >= NO_VAL then
+        return nil
+    end
+    return n
+end
+
+-- "gres:" (22.05) or "gres/" (23.02+): the spelling Slurm used in this field.
+local function gres_prefix(spec)
+    if type(spec) == "string" then
+        local prefix = string.match(spec, "^(gres[:/])")
+        if prefix ~= nil then return prefix end
+    end
+    return "gres:"
+end
+
+-- A 16-bit count such as ntasks_per_node: unset is NO_VAL16 (or INFINITE16).
+local NO_VAL16 = 65534
+
+local TASKS_REFUSED = "gavel flags: --ntasks-per-node cannot follow the shape the scheduler "
+                      .. "chooses for a job on several nodes: ask --ntasks-per-gpu=1 (one task "
+                      .. "per GPU wherever they are) or one task per node"
+
+local SHAPE_REFUSED = "gavel flags: GPUs per task or per socket cannot be reshaped by the "
+                      .. "scheduler: ask for the job's total, e.g. --gpus=4 (one task per GPU: "
+                      .. "--gpus=4 --ntasks-per-gpu=1)"
+
+-- The request as the daemon reshapes it (docs/distributed.md). `fields` holds the
+-- untyped GPU fields, `counts` their GPU counts. Returns the fields to write, or nil
+-- and the message for the user.
+local function normalize_shape(job_desc, fields, counts)
+    if counts.tres_per_task > 0 or counts.tres_per_socket > 0 then
+        return nil, SHAPE_REFUSED
+    end
+    local per_job, per_node = counts.tres_per_job, counts.tres_per_node
+    local min_nodes = count_set(job_desc.min_nodes)
+    local max_nodes = count_set(job_desc.max_nodes)
+    local out = {}
+    if per_job == 0 and per_node > 0 and min_nodes ~= nil and min_nodes > 1 then
+        -- -N k --gres=gpu:m: a distributed job of k*m GPUs
+        out.tres_per_job = gres_prefix(fields.tres_per_node) .. "gpu:"
+                           .. string.format("%.0f", min_nodes * per_node)
+    elseif per_job > 0 and per_node == 0 and min_nodes == 1 and max_nodes == 1
+            and string.find(fields.tres_per_job, ",", 1, true) == nil then
+        -- --gpus=N -N 1: a one-node job of N GPUs, like --gres=gpu:N
+        out.tres_per_node = fields.tres_per_job
+        out.tres_per_job = ""
+    end
+    local reshapeable = (out.tres_per_job ~= nil and out.tres_per_job ~= "")
+                        or (per_job > 0 and out.tres_per_job == nil)
+    local tasks = tonumber(job_desc.ntasks_per_node)
+    if reshapeable and tasks ~= nil and tasks > 1 and tasks < NO_VAL16 then
+        return nil, TASKS_REFUSED
+    end
+    return out
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
     local comment = job_desc.comment
     if not starts_gavel(comment) then
@@ -408,11 +476,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         return slurm.ERROR
     end
     local gpus = 0
-    local rewritten = {}
+    local rewritten, fields, counts = {}, {}, {}
     for _, field in ipairs(GPU_FIELDS) do
         local old = job_desc[field]
         local new, n = untype_gpus(old)
         gpus = gpus + n
+        fields[field], counts[field] = new, n
         if new ~= old then
             rewritten[field] = new
         end
@@ -421,6 +490,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         slurm.log_user("%s", "gavel flags: no GPU requested: a gavel job needs GPUs, "
                        .. "e.g. --gres=gpu:1 (the scheduler picks the GPU type)")
         return slurm.ERROR
+    end
+    local shape, refused = normalize_shape(job_desc, fields, counts)
+    if shape == nil then
+        slurm.log_user("%s", refused)
+        return slurm.ERROR
+    end
+    for field, value in pairs(shape) do
+        rewritten[field] = value
     end
     for _, field in ipairs(GPU_FIELDS) do
         if rewritten[field] ~= nil then

@@ -54,9 +54,10 @@ class Harness:
     def backend(self):
         raise NotImplementedError
 
-    def submit(self, gpus: int, long: bool = True) -> str:
+    def submit(self, gpus: int, long: bool = True, distributed: bool = False) -> str:
         """A gavel job of `gpus` GPUs (model MODEL): `long` runs until preempted, otherwise it
-        completes SHORT_SECONDS after it starts."""
+        completes SHORT_SECONDS after it starts; `distributed`: its GPUs may be spread over
+        servers (on Slurm: --gpus=N, not --gres=gpu:N)."""
         raise NotImplementedError
 
     def advance(self, seconds: float) -> None:
@@ -137,7 +138,7 @@ class SimulatedHarness(Harness):
                                              self.clock, gpus_per_node=GPUS_PER_SERVER)
         return self._backend
 
-    def submit(self, gpus: int, long: bool = True) -> str:
+    def submit(self, gpus: int, long: bool = True, distributed: bool = False) -> str:
         assert self._backend is None, "the simulated harness takes its jobs before the first observation"
         steps = LONG_STEPS if long else SHORT_SECONDS
         self._trace.append(TraceJob(MODEL, "", "", "", False, steps, gpus, arrival_time=self.clock.now()))
@@ -193,11 +194,12 @@ class SlurmHarness(Harness):
     def backend(self):
         return self._backend
 
-    def submit(self, gpus: int, long: bool = True) -> str:
+    def submit(self, gpus: int, long: bool = True, distributed: bool = False) -> str:
         seconds = 0 if long else SHORT_SECONDS
         out = self.cluster.run(["sbatch", "--parsable", "-o", str(self.dir / "out-%j.txt"), "--open-mode=append",
                                 f"--export=ALL,JOBDIR={self.dir},SECONDS_TO_RUN={seconds}",
-                                "--comment", f"gavel model={MODEL}", f"--gres=gpu:{gpus}", str(self.script)],
+                                "--comment", f"gavel model={MODEL}",
+                                f"--gpus={gpus}" if distributed else f"--gres=gpu:{gpus}", str(self.script)],
                                cwd=self.dir).stdout
         job = out.strip().split(";")[0]
         self.jobs.append(job)
@@ -401,6 +403,33 @@ def test_a_preempted_job_stays_and_can_start_again_on_another_type(harness):
     assert usage_since(h, mark, job, "v100") == 0
     assert h.starts(job) == 2
     assert state(obs, job).scale_factor == 2
+
+
+def test_a_distributed_job_runs_spread_holds_its_gpus_on_each_server_and_moves_consolidated(harness):
+    """Issue 13: a 4-GPU job on two servers (2+2), then, preempted, on one (1x4)."""
+    h = harness
+    job = h.submit(4, distributed=True)
+    obs = submitted(h, job)
+    s0, s1 = server_of(obs, "k80", 0).name, server_of(obs, "k80", 1).name
+    a = Assignment((job,), "k80", ((s0, 2), (s1, 2)))
+    h.execute(plan(0, start=[a]))
+    obs = h.observe_until(is_running(job, "k80"), f"job {job} running on k80")
+    assert running_on(obs, job) == [a] and state(obs, job).scale_factor == 4
+    assert free(obs)[s0] == GPUS_PER_SERVER - 2 and free(obs)[s1] == GPUS_PER_SERVER - 2
+    mark = len(h.history)
+    h.observe_for(3.0)
+    assert all(sorted(u.assignment.servers) == sorted(a.servers)
+               for o in h.history[mark:] for u in o.usage if u.assignment.jobs == (job,))
+    assert usage_since(h, mark, job, "k80") > 0
+    assert h.starts(job) == 1                      # its trap is set
+    h.execute(plan(1, preempt=[job]))
+    h.observe_until(lambda o: used(o, job) == 0 and running_on(o, job) == [], f"job {job} stopped")
+    b = on(h.history[-1], job, "v100", 4, index=1)
+    h.execute(plan(2, start=[b]))
+    obs = h.observe_until(is_running(job, "v100"), f"job {job} running again on v100")
+    assert running_on(obs, job) == [b]
+    assert free(obs)[b.servers[0][0]] == 0 and free(obs)[s0] == GPUS_PER_SERVER
+    assert h.starts(job) == 2
 
 
 def test_a_move_in_one_plan_stops_the_job_then_starts_it_on_the_new_type(harness):

@@ -575,8 +575,7 @@ GRES_CASES = [
     ("tres_per_node", "gres/gpu:p100:4", "gres/gpu:4"),           # Slurm 23.02+ spelling
     ("tres_per_node", "gres:mps:100,gres:gpu:p100:1", "gres:mps:100,gres:gpu:1"),
     ("tres_per_job", "gres:gpu:v100:4", "gres:gpu:4"),             # --gpus=v100:4
-    ("tres_per_task", "gres:gpu:v100:1", "gres:gpu:1"),            # --gpus-per-task
-    ("tres_per_socket", "gres:gpu:1", None),
+    # (--gpus-per-task and --gpus-per-socket are refused: tests/test_submit_shapes.py)
     ("tres_per_node", "gres:gpu:v100:1,gres:gpu:p100:1", "gres:gpu:2"),   # merged
     ("tres_per_node", "gres:gpu:1,gres:mps:100,gres:gpu:k80:3", "gres:gpu:4,gres:mps:100"),
     ("tres_per_node", "gres:gpu:tesla_v100-sxm2:8", "gres:gpu:8"),

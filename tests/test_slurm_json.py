@@ -196,9 +196,12 @@ def test_feasibility_of_the_recorded_shapes():
     jobs = {j.job_id: j for j in parse_jobs(load("squeue-shapes-22.05.json"))}
     nodes = parse_nodes(load(NODES["22.05"]))
     partitions = discover_partitions(nodes)
-    assert judge(jobs["1"], nodes, partitions).hold == "needs 2 nodes: distributed jobs not supported yet"
-    assert "needs 6 GPUs, the largest node has 4" in judge(jobs["2"], nodes, partitions).hold
-    assert "needs 3 nodes" in judge(jobs["3"], nodes, partitions).hold
+    # -N 2 --gres=gpu:4 without a total (no plugin): a shape the daemon cannot choose
+    assert judge(jobs["1"], nodes, partitions).hold.startswith("asks 4 GPUs per node on 2 nodes without a total")
+    # --gpus=6: distributed, 2 x 3 on any type of 4-GPU nodes (issue 13)
+    six = judge(jobs["2"], nodes, partitions)
+    assert six.hold == "" and six.placement.same_gpus_per_server and six.placement.worker_types is None
+    assert "on 3 nodes without a total" in judge(jobs["3"], nodes, partitions).hold
     assert "fits no node: needs 20480 MB memory per node" in judge(jobs["4"], nodes, partitions).hold
     assert judge(jobs["5"], nodes, partitions).hold == "" and judge(jobs["5"], nodes, partitions).placement is None
     assert "waiting for its dependency" in judge(jobs["9"], nodes, partitions).hold

@@ -88,5 +88,8 @@ def test_a_job_that_needs_two_nodes_is_never_planned_and_says_why():
     cli.job["node_count"] = 2
     backend = SlurmBackend(cli, clock)
     state = backend.observe().jobs[0]
-    assert state.hold_reason == "needs 2 nodes: distributed jobs not supported yet"
+    # GPUs per node on two nodes without a total (submitted without the plugin): its
+    # shape cannot be chosen, and it says how to submit it
+    assert state.hold_reason.startswith("asks 1 GPUs per node on 2 nodes without a total"), state
+    assert "--gpus=2" in state.hold_reason
     assert backend.job_status()["5"] == {"state": "W", "gpus": 0, "detail": state.hold_reason}

@@ -53,19 +53,23 @@ class Placement:
 
     `worker_types`: the types it can run on (None: every type); `servers`: the
     servers it can run on (None: any server of those types); `one_server`: all
-    its GPUs must be on one server (a backend that cannot spread a job).
+    its GPUs must be on one server (a backend that cannot spread a job);
+    `same_gpus_per_server`: spread over servers, it holds as many GPUs on each
+    (Slurm gives a job one GPU count per node: 2+2, never 3+1).
     """
 
     worker_types: frozenset[str] | None = None
     servers: frozenset[str] | None = None
     one_server: bool = False
+    same_gpus_per_server: bool = False
 
     def allows(self, worker_type: str) -> bool:
         return self.worker_types is None or worker_type in self.worker_types
 
     @property
     def restricts(self) -> bool:
-        return self.worker_types is not None or self.servers is not None or self.one_server
+        return (self.worker_types is not None or self.servers is not None or self.one_server
+                or self.same_gpus_per_server)
 
 
 @dataclass(frozen=True)
@@ -278,18 +282,33 @@ def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
     return placed
 
 
-def _restriction(row: Row, placements: Mapping[str, Placement]) -> tuple[frozenset[str] | None, bool]:
-    """(servers the row may use or None for any, whether all its GPUs must be on one server)."""
+def _restriction(row: Row, placements: Mapping[str, Placement]) -> tuple[frozenset[str] | None, bool, bool]:
+    """(servers the row may use or None for any, whether all its GPUs must be on one server,
+    whether spread it needs as many GPUs on each server)."""
     allowed: frozenset[str] | None = None
-    one = False
+    one = same = False
     for job in row:
         p = placements.get(job)
         if p is None:
             continue
         one = one or p.one_server
+        same = same or p.same_gpus_per_server
         if p.servers is not None:
             allowed = p.servers if allowed is None else allowed & p.servers
-    return allowed, one
+    return allowed, one, same
+
+
+def _equal_split(names: Sequence[str], free: Mapping[str, int], gpus: int) -> list[tuple[str, int]] | None:
+    """`gpus` as k equal parts on k servers, k as small as possible (the fullest servers that
+    hold a part); None when no such split is free."""
+    for k in range(2, gpus + 1):
+        if gpus % k:
+            continue
+        part = gpus // k
+        fits = sorted((n for n in names if free[n] >= part), key=free.__getitem__)
+        if len(fits) >= k:
+            return [(n, part) for n in fits[:k]]
+    return None
 
 
 def _place(picks, servers, previous, placements) -> tuple[list[Assignment], list[tuple[Row, str, int]]]:
@@ -315,7 +334,7 @@ def _place(picks, servers, previous, placements) -> tuple[list[Assignment], list
     rules = {pick[0]: _restriction(pick[0], placements) for pick in waiting} if placements else {}
     for row, worker_type, gpus in sorted(waiting, key=lambda p: (-p[2], rules.get(p[0], (None,))[0] is None)):
         names = of_type.get(worker_type, [])
-        allowed, one = rules.get(row, (None, False))
+        allowed, one, same = rules.get(row, (None, False, False))
         if allowed is not None:
             names = [n for n in names if n in allowed]
         fits = [n for n in names if free[n] >= gpus]
@@ -324,6 +343,11 @@ def _place(picks, servers, previous, placements) -> tuple[list[Assignment], list
         elif one:
             failed.append((row, worker_type, gpus))
             continue
+        elif same:
+            taken = _equal_split(names, free, gpus)
+            if taken is None:
+                failed.append((row, worker_type, gpus))
+                continue
         else:
             taken, need = [], gpus
             for n in sorted(names, key=lambda n: -free[n]):

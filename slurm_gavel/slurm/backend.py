@@ -15,7 +15,9 @@ Acting (`execute`):
   `scontrol requeuehold`;
 * start: for a held pending job, `scontrol update` partition, node list and
   StartTime=now (a requeued job otherwise waits ~121 s), then
-  `scontrol release`.  A job that must move first has to stop: its start is
+  `scontrol release`.  A distributed job (its GPU total per job, `--gpus=N`)
+  gets its shape in the same call: NumNodes=k-k, the k nodes and Gres=gpu:m
+  on each (docs/distributed.md).  A job that must move first has to stop: its start is
   carried out on the first poll that finds it pending again.  A job that
   stopped on a node less than `RESTART_GUARD_SECONDS` ago is not restarted on
   that node yet: its slurmd still holds the job's revoked credential, and a new
@@ -29,7 +31,9 @@ failure (one round, two, four, ... at most `MAX_BACKOFF_ROUNDS`), so the GPUs
 planned for it go to other jobs.  What Slurm can run at all is read from each
 job's request (feasibility.py): a job that needs several nodes, fits no node
 or waits for its dependency is not planned, with the reason; one that fits
-only some partitions or nodes is planned only there, and always on one node.
+only some partitions or nodes is planned only there.  A job that asks its GPUs
+per node is planned on one node; a distributed job on as few nodes of one type
+as hold its total in equal parts (Placement.same_gpus_per_server).
 Departures are read from Slurm's final state: `sacct` (one batched call per poll)
 where accounting exists, else (and while slurmdbd has not caught up) the finished
 job slurmctld still lists (MinJobAge); a job Slurm knows no more is "lost", never
@@ -44,7 +48,7 @@ from __future__ import annotations
 import logging
 import math
 import signal as signals
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
@@ -68,7 +72,8 @@ RESTART_GUARD_SECONDS = 2.0
 # A released job Slurm has not started after this long is taken back (held).
 START_TIMEOUT_SECONDS = 30.0
 MAX_BACKOFF_ROUNDS = 16
-ONE_NODE = Placement(one_server=True)     # Slurm jobs keep their node count: 1 until distributed jobs
+ONE_NODE = Placement(one_server=True)     # a job asking GPUs per node keeps its one node
+SPREAD = Placement(same_gpus_per_server=True)   # a distributed job: equal GPUs on each node
 # A job gone from the queue whose final state cannot be read (slurmdbd not answering) is
 # recorded "lost" after this long; until then its departure waits.
 FINAL_STATE_PATIENCE_SECONDS = 300.0
@@ -200,8 +205,8 @@ class SlurmBackend:
                 if not j.finished:
                     gavel[j.job_id] = j
             elif j.running:
-                for n in j.nodes:
-                    others[n] = others.get(n, 0) + j.gpus
+                for n in j.nodes:                  # as Slurm split them (4+2 for --gpus=6)
+                    others[n] = others.get(n, 0) + j.gpus_on(n)
         gone = [job for job in dict.fromkeys([*self._jobs, *sorted(self._unreconciled)])
                 if job not in gavel]
         finals = self._final_states(gone, jobs, now)
@@ -432,14 +437,14 @@ class SlurmBackend:
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
             # an --exclusive job holds its whole node, as it was planned (see _held_gpus)
-            gpus = sizes.get(job_id, j.gpus) if j.exclusive else j.gpus
-            running.append(Assignment((job_id,), r.worker_type, tuple((n, gpus) for n in r.nodes)))
+            running.append(Assignment((job_id,), r.worker_type, tuple(
+                (n, sizes.get(job_id, j.gpus) if j.exclusive else j.gpus_on(n)) for n in r.nodes)))
         # Released but not started yet (Slurm starts a released job within seconds):
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
         # (One that does not start in time was taken back above.)
         for job_id, (a, at) in sorted(self._starting.items()):
             running.append(a)
-        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus if job in self._jobs
+        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus_on(n) if job in self._jobs
                                                           else 0) for n in nodes)), seconds)
                       for (job, wt, nodes), seconds in sorted(self._usage.items()))
         self._usage = {}
@@ -450,10 +455,12 @@ class SlurmBackend:
     def _where(self, j: SlurmJob, now: float) -> tuple[Placement, str]:
         """Where the job may run and, if it must not be planned now, why."""
         verdict = judge(j, self._nodes, self.partitions)
+        base = SPREAD if j.reshapeable else ONE_NODE
         if verdict.hold:
-            return ONE_NODE, verdict.hold
+            return base, verdict.hold
         p = verdict.placement
-        placement = ONE_NODE if p is None else Placement(p.worker_types, p.servers, one_server=True)
+        placement = base if p is None else replace(p, one_server=not j.reshapeable,
+                                                   same_gpus_per_server=j.reshapeable)
         refused = self._refused.get(j.job_id)
         if refused:
             allowed = frozenset(placement.worker_types or self.worker_types) - set(refused)
@@ -463,7 +470,7 @@ class SlurmBackend:
             servers = placement.servers
             if servers is not None:
                 servers = frozenset(n for n in servers if self._type_of.get(n) in allowed)
-            placement = Placement(allowed, servers, one_server=True)
+            placement = replace(placement, worker_types=allowed, servers=servers)
         if j.job_id in self._lost:
             names, since = self._lost[j.job_id]
             return placement, (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits "
@@ -592,7 +599,9 @@ class SlurmBackend:
                     done[job_id] = float(info["step"])
                 wt = self.partitions.get(info.get("partition") or "")
                 if info.get("steps_per_second") and wt and j.running:
-                    seen.append(Measurement(job_id, wt, float(info["steps_per_second"])))
+                    # Slurm's node list says whether the run was spread (unconsolidated)
+                    seen.append(Measurement(job_id, wt, float(info["steps_per_second"]),
+                                            spread=len(j.nodes) > 1))
                 break
         return done, tuple(seen)
 
@@ -621,17 +630,25 @@ class SlurmBackend:
                 log.warning("round %d: space sharing is not supported on Slurm yet; %s not started",
                             plan.round, "+".join(a.jobs))
                 continue
-            if len(a.servers) > 1:          # the placement said one node: a plan from elsewhere
-                log.warning("round %d: job %s would span %d nodes; Slurm jobs keep their node count, "
-                            "so it waits", plan.round, job, len(a.servers))
+            j = self._jobs.get(job)
+            if len(a.servers) > 1 and (j is None or not j.reshapeable):
+                # the placement said one node: a plan from elsewhere
+                log.warning("round %d: job %s would span %d nodes; it asks its GPUs per node, "
+                            "so it keeps one node and waits", plan.round, job, len(a.servers))
+                continue
+            if len({count for _, count in a.servers}) > 1:
+                log.warning("round %d: job %s would hold %s GPUs on its nodes; Slurm gives a job "
+                            "one count per node, so it waits", plan.round, job,
+                            "+".join(str(c) for _, c in a.servers))
                 continue
             self._deferred[job] = a
         self._start_deferred()
 
     # -- helpers ---------------------------------------------------------------------
     def _start_deferred(self) -> None:
-        """Start every deferred job that is no longer running: one `scontrol update` per
-        (partition, nodes) group and one `scontrol release` for all (Slurm takes id lists)."""
+        """Start every deferred job that is no longer running: one `scontrol update` per job
+        (a distributed one gets its shape in it) and one `scontrol release` for all (Slurm
+        takes id lists)."""
         groups: dict[tuple[str, str], list[str]] = {}
         for job, a in list(self._deferred.items()):
             j = self._jobs.get(job)
@@ -655,9 +672,20 @@ class SlurmBackend:
         ready = []
         for (partition, nodes), jobs in groups.items():
             for job in jobs:
-                if self._act(f"start on {partition} {nodes}", [job],
-                             lambda job=job, p=partition, n=nodes:
-                             self.cli.update([job], Partition=p, NodeList=n, StartTime="now")):
+                a = self._planned[job]
+                j = self._jobs.get(job)
+                if j is not None and j.reshapeable:
+                    # its own total over the planned nodes: an --exclusive job was planned
+                    # as their whole GPUs (_held_gpus), but Slurm checks the total
+                    per = max(1, j.total_gpus // len(a.servers))
+                    what = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
+                    action = (lambda job=job, p=partition, n=a.nodes, per=per:
+                              self.cli.reshape(job, p, n, per))
+                else:
+                    what = f"start on {partition} {nodes}"
+                    action = (lambda job=job, p=partition, n=nodes:
+                              self.cli.update([job], Partition=p, NodeList=n, StartTime="now"))
+                if self._act(what, [job], action):
                     ready.append(job)
                 elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
                     wt = self.partitions[partition]

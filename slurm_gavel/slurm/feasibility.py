@@ -4,8 +4,13 @@ The daemon must only plan what Slurm can start.  A job whose request no node
 of a partition can hold (GPUs per node, memory, CPUs, constraint, excluded
 nodes) gets that partition's worker type ruled out; nodes of a type
 that cannot hold it are ruled out one by one; a job no node anywhere can
-hold, one that needs several nodes (distributed jobs are not supported yet),
-or one waiting for its dependency is not planned at all, and says why.
+hold, or one waiting for its dependency is not planned at all, and says why.
+
+A distributed job (its GPU total per job, `--gpus=N`: `SlurmJob.reshapeable`)
+may run on any type with nodes enough to hold N in equal parts (Slurm gives a
+job one GPU count per node): its placement says so (`same_gpus_per_server`).
+A job asking GPUs per node on several nodes without a total keeps its shape,
+which the mechanism cannot plan: it is not planned, and says how to submit it.
 Pure functions over `records` values: no Slurm calls.
 """
 from __future__ import annotations
@@ -20,9 +25,10 @@ from .records import SlurmJob, SlurmNode
 _SIMPLE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-]+(?:[&,][A-Za-z0-9_.\-]+)*$")
 
 
-def node_refuses(job: SlurmJob, node: SlurmNode) -> str:
-    """Why `node` can never run `job` ("" when it can, as far as the request says)."""
-    if job.gpus > node.gpus:
+def node_refuses(job: SlurmJob, node: SlurmNode, gpus: bool = True) -> str:
+    """Why `node` can never run `job` ("" when it can, as far as the request says);
+    without `gpus`, everything but the GPU count (a reshapeable job chooses it)."""
+    if gpus and job.gpus > node.gpus:
         return f"needs {job.gpus} GPUs per node, {node.name} has {node.gpus}"
     need = job.memory_needed
     if need and node.memory and need > node.memory:
@@ -48,10 +54,23 @@ class Verdict:
     hold: str = ""
 
 
+def equal_split(total: int, sizes: Sequence[int]) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) holding `total` in equal parts on nodes of these `sizes`
+    (GPUs each), as few nodes as possible; None when none does."""
+    for k in range(1, total + 1):
+        if total % k == 0 and sum(1 for g in sizes if g >= total // k) >= k:
+            return k, total // k
+    return None
+
+
 def judge(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, str]) -> Verdict:
     """The job's request against every node of the GPU `partitions` ({partition: worker type})."""
+    if job.reshapeable:
+        return _judge_reshapeable(job, nodes, partitions)
     if job.node_count > 1:
-        return Verdict(hold=f"needs {job.node_count} nodes: distributed jobs not supported yet")
+        return Verdict(hold=f"asks {job.gpus} GPUs per node on {job.node_count} nodes without a "
+                            f"total, so its shape cannot be chosen: submit it with --gpus="
+                            f"{job.total_gpus} (the job_submit plugin adds it to -N k --gres=gpu:m)")
     ours = [n for n in nodes if any(p in partitions for p in n.partitions)]
     largest = max((n.gpus for n in ours), default=0)
     if job.gpus > largest:
@@ -78,4 +97,35 @@ def judge(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, st
                              servers=frozenset(fitting)))
 
 
-__all__ = ["Verdict", "judge", "node_refuses"]
+def _judge_reshapeable(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, str]) -> Verdict:
+    if job.waiting_for_dependency:
+        return Verdict(hold=f"waiting for its dependency ({job.dependency or job.reason})")
+    total = max(1, job.total_gpus)
+    by_type: dict[str, list[SlurmNode]] = {}
+    why = ""
+    for n in nodes:
+        types = {partitions[p] for p in n.partitions if p in partitions}
+        if not types:
+            continue
+        refused = node_refuses(job, n, gpus=False)
+        if refused:
+            why = why or refused
+            continue
+        for wt in types:
+            by_type.setdefault(wt, []).append(n)
+    types, fitting = set(), set()
+    for wt, members in by_type.items():
+        if equal_split(total, [n.gpus for n in members]) is not None:
+            types.add(wt)
+            fitting.update(n.name for n in members)
+    if not types:
+        sizes = {wt: sorted((n.gpus for n in m), reverse=True) for wt, m in sorted(by_type.items())}
+        shown = "; ".join(f"{wt}: {'+'.join(map(str, g))}" for wt, g in sizes.items())
+        return Verdict(hold=f"needs {total} GPUs in equal parts on nodes of one type, and no type "
+                            f"has them ({shown or why or 'no GPU node'})")
+    all_types = set(partitions.values())
+    return Verdict(Placement(worker_types=frozenset(types) if types != all_types else None,
+                             servers=frozenset(fitting), same_gpus_per_server=True))
+
+
+__all__ = ["Verdict", "equal_split", "judge", "node_refuses"]

@@ -118,7 +118,7 @@ class SlurmJob:
     comment: str
     admin_comment: str
     gpu_type: str | None
-    gpus: int                 # GPUs per node requested
+    gpus: int                 # GPUs per node requested (or, without one, the total over its nodes)
     node_count: int
     restarts: int
     submit_time: float | None
@@ -145,6 +145,12 @@ class SlurmJob:
     # command accepts and which stays the same across requeues.
     slurm_id: str = ""
     priority: float | None = None    # 0: held (by the plugin, the daemon or an admin)
+    # --gpus=N (TresPerJob): the job's GPU total, whatever its shape; 0 when it asks per node
+    # only.  A distributed gavel job carries one (job_submit.lua): the daemon reshapes it.
+    gpus_per_job: int = 0
+    # GPUs Slurm gave it on each of `nodes` (running; from gres_detail), () when unknown:
+    # a --gpus=6 job on two 4-GPU nodes holds 4+2, not 3+3
+    gpus_on_nodes: tuple[int, ...] = ()
 
     @property
     def primary_state(self) -> str:
@@ -168,7 +174,18 @@ class SlurmJob:
 
     @property
     def total_gpus(self) -> int:
-        return self.gpus * max(1, self.node_count)
+        return self.gpus_per_job or self.gpus * max(1, self.node_count)
+
+    def gpus_on(self, node: str) -> int:
+        """GPUs it holds on `node` (of its nodes): what Slurm says, else its per-node count."""
+        if len(self.gpus_on_nodes) == len(self.nodes) and node in self.nodes:
+            return self.gpus_on_nodes[self.nodes.index(node)]
+        return self.gpus
+
+    @property
+    def reshapeable(self) -> bool:
+        """Its GPU total is fixed per job, so nodes and GPUs per node may be chosen."""
+        return self.gpus_per_job > 0
 
     @property
     def memory_needed(self) -> float | None:
@@ -253,6 +270,20 @@ def _exclusive(job: dict) -> bool:
     return any(f is True or str(f).lower() in ("true", "exclusive") for f in ex)
 
 
+def _gres_detail(value: Any, nodes: int) -> tuple[int, ...]:
+    """gres_detail, one entry per node of a running job (['gpu:p100:4(IDX:0-3)',
+    'gpu:p100:2(IDX:0-1)']) -> (4, 2); () unless every node's entry has a GPU count."""
+    if not isinstance(value, list) or len(value) != nodes or not nodes:
+        return ()
+    counts = []
+    for entry in value:
+        _, n = _node_gres(entry)
+        if not n:
+            return ()
+        counts.append(n)
+    return tuple(counts)
+
+
 def _names(value: Any) -> tuple[str, ...]:
     """A node or feature list: 'a,b' or 'v100-[0-1]' (22.05) or ['a', 'b'] (24.11)."""
     if isinstance(value, list):
@@ -265,8 +296,16 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
     for j in data.get("jobs") or []:
         if not isinstance(j, dict):
             continue
-        gpu_type, gpus = gpu_request(j.get("tres_per_node"), j.get("gres_detail"),
-                                     j.get("tres_per_job"), j.get("tres_req_str"))
+        gpu_type, gpus = gpu_request(j.get("tres_per_node"))
+        job_type, per_job = gpu_request(j.get("tres_per_job"))
+        node_count = int(number(j.get("node_count"), 1) or 1)
+        on_nodes = _gres_detail(j.get("gres_detail"), len(expand_hostlist(text(j.get("nodes")))))
+        if not gpus and on_nodes and not per_job:
+            gpus = max(on_nodes)
+        if not gpus:
+            # --gpus=N alone: N over its nodes (as Slurm spreads it); else what it was given
+            gpu_type, gpus = (job_type, -(-per_job // node_count)) if per_job else \
+                gpu_request(j.get("tres_req_str"))
         state = _job_state(j.get("job_state"))
         start = number(j.get("start_time"))
         end = number(j.get("end_time"))
@@ -278,7 +317,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             state=state, reason=text(j.get("state_reason")),
             nodes=tuple(expand_hostlist(text(j.get("nodes")))), comment=text(j.get("comment")),
             admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
-            node_count=int(number(j.get("node_count"), 1) or 1),
+            node_count=node_count,
             restarts=int(number(j.get("restart_cnt"), 0) or 0),
             submit_time=number(j.get("submit_time")), start_time=start or None,
             end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
@@ -293,7 +332,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             reservation=text(j.get("resv_name") or j.get("reservation")),
             required_nodes=_names(j.get("required_nodes")),
             excluded_nodes=_names(j.get("excluded_nodes")),
-            slurm_id=slurm_id, priority=number(j.get("priority"), None))
+            slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
+            gpus_on_nodes=on_nodes)
         jobs.extend(_array_tasks(job, j))
     return jobs
 

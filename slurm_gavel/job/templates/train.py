@@ -11,6 +11,12 @@ starts ranks 1..G-1 (``gloo`` on CPU, ``nccl`` with G visible GPUs); gradients
 are averaged with all-reduce after each backward pass. Only rank 0 needs the
 signal: the iterator reduces the flag, every rank stops after the same step and
 exits 85, and this process exits with the ranks' common exit code.
+
+Under ``srun`` (a distributed job: job_templates/distributed/), each task is one
+rank and takes its place from Slurm's variables (`slurm_gavel.job.distributed`):
+the world has one rank per GPU of the job whatever its shape this run, so that a
+run resumed on 1x4 after 2x2 continues exactly.  ``--save-final PATH``: rank 0
+saves the trained state there at the end (to compare runs).
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ def parse_args(argv):
     p.add_argument("--threads", type=int,
                    help="CPU threads per process (default: SLURM_CPUS_PER_TASK, else torch's)")
     p.add_argument("--log-every", type=int, default=10, metavar="N", help="print the loss every N steps")
+    p.add_argument("--save-final", metavar="PATH", help="rank 0 saves the final state here")
     args = p.parse_args(argv)
     if args.steps < 1 or args.gpus < 1:
         p.error("--steps and --gpus must be >= 1")
@@ -52,8 +59,11 @@ def _free_port() -> int:
 def main(argv=None) -> int:
     from slurm_gavel.job.iterator import catch_signal_early
 
+    from slurm_gavel.job.distributed import torch_env
+
     catch_signal_early("USR2")         # before the slow part: importing torch, building
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.update(torch_env(os.environ))     # a task of an srun step: its rank
     if args.gpus > 1 and "RANK" not in os.environ:
         return _launch(args, sys.argv[1:] if argv is None else list(argv))
     return train(args)
@@ -129,8 +139,9 @@ def train(args) -> int:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))     # its GPU on this node
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() > local
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = False
@@ -187,6 +198,8 @@ def train(args) -> int:
             print(f"step {it.step}/{args.steps} loss {loss:.4f} ({rate:.2f} steps/s)", flush=True)
     if rank == 0:
         print(f"gavel template {args.name}: done, {it.step} steps", flush=True)
+        if args.save_final:
+            torch.save(job.state_dict(), args.save_final)
     if world > 1:
         dist.destroy_process_group()
     return 0
