@@ -28,6 +28,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Callable, Sequence
 
 from . import config as config_mod
@@ -40,6 +41,7 @@ from ..policies import make_policy
 from ..core.recompute import Background
 from .backend import SlurmBackend
 from .lock import DatabaseLock, LockError, LockUnavailable
+from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
 
@@ -75,10 +77,14 @@ class TickingClock(WallClock):
 
 
 class Daemon:
-    def __init__(self, config: config_mod.Config, dry_run: bool = False):
+    def __init__(self, config: config_mod.Config, dry_run: bool = False, metrics: Metrics | None = None):
         self.config = config
         self.dry_run = dry_run
-        self.cli = config_mod.slurm_cli(config)
+        # the Prometheus series (metrics.py); main() serves them when metrics_port is set
+        self.metrics = metrics or Metrics(per_job=config.metrics_per_job)
+        self.metrics.dry_run.set(int(dry_run))
+        self.cli = config_mod.slurm_cli(config, CountingCLI)
+        self.cli.failed = lambda command: self.metrics.command_errors.labels(command=command).inc()
         # the lock first: nothing, not even a migration, is written to another daemon's database
         self.lock = DatabaseLock(config.database, dry_run=dry_run).acquire()
         self.storage_error: str | None = None     # why the database cannot be written, while so
@@ -87,6 +93,7 @@ class Daemon:
         try:
             self.store = SqliteStore(config.database)
             self.store.probe()       # read-only at start (chattr +i, ro mount): found now, not mid-round
+            starts = self.store.count_start()
         except BaseException:
             self.lock.release()
             raise
@@ -112,6 +119,9 @@ class Daemon:
                              solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2),
                              weight_limits=config.weights)
         self._resume()
+        if starts > 1:
+            self.metrics.restarts.inc(starts - 1)
+        self.metrics.seed(self.store.last_types())
         self._reload = False
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
@@ -157,7 +167,8 @@ class Daemon:
         return ThroughputTable.from_gavel_json(config.throughputs) if config.throughputs else None
 
     def _allocator(self, config):
-        policy = make_policy(config.policy, agnostic=config.agnostic, space_sharing=config.space_sharing)
+        policy = TimedPolicy(make_policy(config.policy, agnostic=config.agnostic,
+                                         space_sharing=config.space_sharing), self.metrics.solve_duration)
         return Background(policy, on_error=lambda f: log.error("policy solve failed (the previous "
                                                                 "allocation stays): %s", f.error),
                           budget=config.solver_budget_seconds,
@@ -183,6 +194,7 @@ class Daemon:
             log.error("%s (until then no job is started, held or preempted)", message)
             self._logged_storage = message
         self.storage_error = message
+        self.metrics.up.set(0)
 
     def _storage_worked(self) -> None:
         """A whole step was recorded: say so once after a failure.  (Not at the first small
@@ -232,7 +244,7 @@ class Daemon:
             self.engine.settle()
             self.backend.backoff.succeeded()
             if self.engine.last_plan is not None:     # gqueue follows what Slurm does between rounds
-                self.store.status(self.engine.last_plan.round, now, self._status())
+                self.store.status(self.engine.last_plan.round, now, self._publish())
             self._storage_worked()
         except StoreError as e:
             self._storage_failed(e)
@@ -301,6 +313,7 @@ class Daemon:
                     # nothing recorded, nothing done: try again in a tick
                     self.clock.sleep_until(self.clock.now() + self.clock.every)
                     continue
+                started = time.perf_counter()
                 try:
                     plan = self.engine.plan()
                 except StoreError as e:
@@ -314,8 +327,10 @@ class Daemon:
                     self.clock.sleep_until(self.clock.now() + delay)
                     continue
                 self.backend.backoff.succeeded()
+                self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.partitions,
+                                   time.perf_counter() - started, active=self.engine.active_ids)
                 try:
-                    self.store.status(plan.round, self.clock.now(), self._status())
+                    self.store.status(plan.round, self.clock.now(), self._publish())
                     self._storage_worked()
                 except StoreError as e:
                     self._storage_failed(e)
@@ -341,6 +356,15 @@ class Daemon:
         log.info("stopped after round %d", self.engine.round - 1)
         return self.exit_code
 
+    def _publish(self) -> dict:
+        """The status rows (for the store), with the GPU and job gauges updated from them.
+        (The backend's view of Slurm's nodes and jobs, as its last poll saw them.)"""
+        rows = self._status()
+        b = self.backend
+        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions), rows)
+        self.metrics.up.set(1)
+        return rows
+
     def _status(self) -> dict:
         """The engine's view of each job (type, priority, why it waits) with what Slurm really
         does with it: R only for what Slurm runs, S released and not started, W held back."""
@@ -365,18 +389,31 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
     for handler in logging.getLogger().handlers:
         handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
     config = config_mod.load(config_path)
+    metrics = Metrics(per_job=config.metrics_per_job)
+    if config.metrics_port is not None:
+        try:        # first: a port in use is one line, before the database is touched
+            metrics.serve(config.metrics_port, config.metrics_address)
+        except MetricsError as e:
+            log.error("%s", e)
+            return EXIT_STORAGE
+        log.info("metrics: http://%s:%d/metrics", config.metrics_address, metrics.port)
     try:
-        daemon = Daemon(config, dry_run=dry_run)
+        daemon = Daemon(config, dry_run=dry_run, metrics=metrics)
     except LockError as e:
         log.error("%s", e)
+        metrics.close()
         return EXIT_STORAGE if isinstance(e, LockUnavailable) else EXIT_IN_USE
     except StoreError as e:     # read-only, full, unreadable: one line, no traceback
         log.error("%s", e)
+        metrics.close()
         return EXIT_STORAGE
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
-    return daemon.run(max_rounds)
+    try:
+        return daemon.run(max_rounds)
+    finally:
+        metrics.close()
 
 
 __all__ = ["EXIT_IN_USE", "EXIT_STORAGE", "Daemon", "TickingClock", "main"]

@@ -455,7 +455,20 @@ class SqliteStore:
         with self._tx():
             self.db["events"].insert({"time": time_, "kind": kind, "job": job, "detail": detail})
 
+    def count_start(self) -> int:
+        """One more daemon start on this database; how many there have been (this one too)."""
+        with self._tx():
+            self.db.execute("insert into meta (key, value) values ('daemon_starts', '1') "
+                            "on conflict (key) do update set value = cast(value as integer) + 1")
+            return int(self.db.execute("select value from meta where key = 'daemon_starts'").fetchone()[0])
+
     # -- queries ----------------------------------------------------------------------------
+    def last_types(self) -> dict[str, str]:
+        """Active job -> the GPU type it was last placed on (kept or started)."""
+        return {job: wt for job, wt in self.db.execute(
+            "select p.job, p.worker_type from placements p join jobs j on j.id = p.job "
+            "where j.state = 'active' and p.action != 'preempt' order by p.round")}
+
     def job_time(self, jobs: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for job, wt, seconds in self.db.execute("select job, worker_type, seconds from job_time"):
