@@ -60,6 +60,7 @@ class Config:
     log_file: str | None = None
     syslog: bool = False
     syslog_facility: str = "daemon"
+    syslog_address: str = "/dev/log"     # the local syslog socket (journald and rsyslog listen there)
     # [weights]: what users' weight= flags are bounded to (core/weights.py)
     weights: WeightLimits = field(default_factory=WeightLimits)
     # [estimator]: how far jobs' own throughput reports are believed (estimator/trust.py);
@@ -114,6 +115,8 @@ class Config:
             bad("metrics_address", f"must be an address to listen on, got {self.metrics_address!r}")
         if self.log_file is not None and (not isinstance(self.log_file, str) or not self.log_file):
             bad("log_file", f"must be a file path, got {self.log_file!r}")
+        if not isinstance(self.syslog_address, str) or not self.syslog_address:
+            bad("syslog_address", f"must be a socket path, got {self.syslog_address!r}")
         if self.syslog_facility not in SYSLOG_FACILITIES:
             bad("syslog_facility", f"must be one of {', '.join(SYSLOG_FACILITIES)}, "
                                    f"got {self.syslog_facility!r}")

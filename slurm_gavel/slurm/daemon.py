@@ -25,8 +25,11 @@ and exit code 75 (systemd starts it again after RestartSec).
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import signal
+import sys
+import sqlite3
 import threading
 import time
 from typing import Callable, Sequence
@@ -40,6 +43,7 @@ from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy
 from ..core.recompute import Background
 from .backend import SlurmBackend
+from .decisions import decide
 from .lock import DatabaseLock, LockError, LockUnavailable
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
@@ -314,6 +318,7 @@ class Daemon:
                     self.clock.sleep_until(self.clock.now() + self.clock.every)
                     continue
                 started = time.perf_counter()
+                previous = self.engine.last_plan.assignments if self.engine.last_plan is not None else ()
                 try:
                     plan = self.engine.plan()
                 except StoreError as e:
@@ -329,6 +334,7 @@ class Daemon:
                 self.backend.backoff.succeeded()
                 self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.partitions,
                                    time.perf_counter() - started, active=self.engine.active_ids)
+                self._explain_round(plan, previous)
                 try:
                     self.store.status(plan.round, self.clock.now(), self._publish())
                     self._storage_worked()
@@ -356,6 +362,24 @@ class Daemon:
         log.info("stopped after round %d", self.engine.round - 1)
         return self.exit_code
 
+    def _explain_round(self, plan, previous) -> None:
+        """Log and record each start and preemption of `plan` with its job, partition, nodes
+        and reason (decisions.py; `slurm-gavel events` shows them)."""
+        if not plan.start and not plan.preempt:
+            return
+        alloc = self.engine.allocation
+        share = ({job: dict(zip(alloc.worker_types, (float(v) for v in alloc.x[i])))
+                  for i, job in enumerate(alloc.job_ids)} if alloc is not None else {})
+        priority = {job: row.get("priority") for job, row in self.engine.explain().items()}
+        try:
+            phase = {e["job"]: e["phase"] for e in self.store.throughput_estimates()}
+        except (sqlite3.Error, GavelError):     # the reasons lose "exploring", nothing else
+            phase = {}
+        shadow = " [dry run: planned, not done]" if self.dry_run else ""
+        for d in decide(plan, previous, self.backend.partitions, priority, share, phase):
+            log.info("%s%s", d.line(plan.round), shadow)
+            self._event(d.kind, d.job, d.detail + shadow)
+
     def _publish(self) -> dict:
         """The status rows (for the store), with the GPU and job gauges updated from them.
         (The backend's view of Slurm's nodes and jobs, as its last poll saw them.)"""
@@ -382,6 +406,44 @@ class Daemon:
         return rows
 
 
+class SysLog(logging.handlers.SysLogHandler):
+    """Syslog that never blocks the daemon: a receiver that stops reading (a stuck journald;
+    a unix datagram socket queues only a few messages) costs log lines, counted in
+    `dropped`, not rounds.  (The standard handler's blocking send hung the daemon.)"""
+
+    dropped = 0
+
+    def _connect_unixsocket(self, address):
+        super()._connect_unixsocket(address)
+        self.socket.setblocking(False)
+
+    def handleError(self, record):
+        if isinstance(sys.exc_info()[1], BlockingIOError):
+            self.dropped += 1
+            return
+        super().handleError(record)
+
+
+def log_to(config: config_mod.Config) -> None:
+    """Besides stderr (the journal under systemd): `log_file` (reopened when logrotate moves
+    it) and `syslog` (the local socket, as slurm-gavel[pid], facility `syslog_facility`).
+    Users' text is escaped on every handler (PrintableLog)."""
+    root = logging.getLogger()
+    added = []
+    if config.log_file:
+        handler = logging.handlers.WatchedFileHandler(config.log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        added.append(handler)
+    if config.syslog:
+        handler = SysLog(
+            config.syslog_address, facility=logging.handlers.SysLogHandler.facility_names[config.syslog_facility])
+        handler.setFormatter(logging.Formatter("slurm-gavel[%(process)d]: %(name)s %(levelname)s %(message)s"))
+        added.append(handler)
+    for handler in added:
+        handler.addFilter(PrintableLog())
+        root.addHandler(handler)
+
+
 def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None = None,
          log_level: str = "INFO") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
@@ -389,6 +451,11 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
     for handler in logging.getLogger().handlers:
         handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
     config = config_mod.load(config_path)
+    try:
+        log_to(config)
+    except OSError as e:
+        log.error("cannot log where gavel.toml says (%s): %s", config.source or "config", e)
+        return 2
     metrics = Metrics(per_job=config.metrics_per_job)
     if config.metrics_port is not None:
         try:        # first: a port in use is one line, before the database is touched

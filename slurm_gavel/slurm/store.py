@@ -509,6 +509,23 @@ class SqliteStore:
             out[job] = detail
         return out
 
+    def events(self, jobs: Iterable[str] = (), since: float | None = None,
+               kinds: Iterable[str] | None = None) -> list[dict]:
+        """Recorded events (oldest first): of `jobs` (all if empty), from `since` on."""
+        sql, args = "select id, time, kind, job, detail from events where 1 = 1", []
+        jobs = list(jobs)
+        if jobs:
+            sql += f" and job in ({','.join('?' * len(jobs))})"
+            args += jobs
+        if since is not None:
+            sql += " and time >= ?"
+            args.append(since)
+        if kinds is not None:
+            kinds = list(kinds)
+            sql += f" and kind in ({','.join('?' * len(kinds))})"
+            args += kinds
+        return [dict(r) for r in self.db.query(sql + " order by time, id", args)]
+
     def status_rows(self) -> dict[str, dict]:
         return {r["job"]: r for r in self.db.query("select * from status")}
 
