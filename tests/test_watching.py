@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from slurm_gavel.slurm.store import SqliteStore
+from test_metrics import free_port, pick, scrape
 from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: F401 (clean: a fixture)
 
 KEEP = "v100-0"
@@ -56,7 +57,8 @@ def test_action_lines_in_every_log_and_the_history_in_words(clean, tmp_path):
     reader.start()
     config = write_config(tmp_path, cluster, round_seconds=6, tick_seconds=1, grace_seconds=10,
                           log_file=str(tmp_path / "gavel.log"), syslog=True,
-                          syslog_address=str(sockdir / "log"), syslog_facility="local3")
+                          syslog_address=str(sockdir / "log"), syslog_facility="local3",
+                          metrics_port=(port := free_port()))
     db = tmp_path / "gavel.db"
     for n in drained:
         cluster.run(["scontrol", "update", f"nodename={n}", "state=drain", "reason=watching-test"])
@@ -76,6 +78,8 @@ def test_action_lines_in_every_log_and_the_history_in_words(clean, tmp_path):
                                 preempted = e["job"]
                     finally:
                         store.close()
+            time.sleep(1.5)           # the metrics of the round that preempted (they follow it)
+            samples = scrape(port)
         finally:
             code, stderr = stop_daemon(daemon)
         assert preempted, "no job was preempted for another in 90 s: " + stderr[-4000:]
@@ -98,6 +102,10 @@ def test_action_lines_in_every_log_and_the_history_in_words(clean, tmp_path):
     # syslog: the daemon's name and pid, facility local3 (19) at level info (6): <158>
     assert any(d.startswith("<158>slurm-gavel[") for d in datagrams), datagrams[:3]
     assert all(d.startswith("<") for d in datagrams)
+
+    # the endpoint counted the preemptions the log names, by the type they ran on
+    assert pick(samples, "slurm_gavel_preemptions_total", partition="v100", gpu_type="v100") >= 1
+    assert pick(samples, "slurm_gavel_preemptions_total") <= len(PREEMPT.findall(stderr))
 
     # the history, in words, from the database
     shown = events(db, "-j", preempted)
@@ -157,3 +165,36 @@ def test_syslog_that_stops_reading_does_not_block_the_daemon():
         handler.close()
         stuck.close()
         shutil.rmtree(sockdir, ignore_errors=True)
+
+
+def test_events_in_words_from_a_real_database(tmp_path):
+    """Every kind the daemon records, told in words; users' text escaped; strict JSON."""
+    from slurm_gavel.core.backend import Departure
+
+    store = SqliteStore(tmp_path / "gavel.db")
+    store.event(100.0, "arrival", "5", "evil\x1b[31m")
+    store.event(101.0, "start", "5", "on v100 (partition v100, nodes n1; share 0.45; priority inf)")
+    store.event(101.5, "action", "5", "start on v100 n1")
+    store.event(102.0, "action_failed", "5", "start on v100 n1: `scontrol update jobid=5` exited 1: "
+                                             "Requested node configuration is not available")
+    store.event(103.0, "stuck", "5", "not started 31 s after release, Slurm says: Resources; retry in 6 s")
+    store.event(104.0, "preempt", "5", "on v100 (partition v100, nodes n1) for job 6 (priority 3.2 vs 1.1)")
+    store.jobs()
+    store.departure(Departure("5", 105.0, "completed", "COMPLETED"))
+    store.close()
+    shown = events(tmp_path / "gavel.db", "-j", "5")
+    assert shown.returncode == 0, shown.stderr
+    said = [line.split(None, 3)[3] for line in shown.stdout.splitlines()[1:]]
+    assert said == ["submitted (model evil\\x1b[31m)",
+                    "started on v100 (partition v100, nodes n1; share 0.45; priority inf)",
+                    "failed to start on v100 n1: `scontrol update jobid=5` exited 1: Requested node "
+                    "configuration is not available",
+                    "released but Slurm did not start it (not started 31 s after release, Slurm says: "
+                    "Resources; retry in 6 s)",
+                    "preempted on v100 (partition v100, nodes n1) for job 6 (priority 3.2 vs 1.1)",
+                    "finished: COMPLETED"], shown.stdout
+    assert "\x1b" not in shown.stdout
+    from datetime import datetime
+    for since in ("102.5", datetime.fromtimestamp(102.5).isoformat(sep=" ")):     # epoch, local ISO
+        data = json.loads(events(tmp_path / "gavel.db", "--json", "--since", since).stdout)
+        assert [e["kind"] for e in data["events"]] == ["stuck", "preempt", "completed"], since
