@@ -198,3 +198,30 @@ def test_events_in_words_from_a_real_database(tmp_path):
     for since in ("102.5", datetime.fromtimestamp(102.5).isoformat(sep=" ")):     # epoch, local ISO
         data = json.loads(events(tmp_path / "gavel.db", "--json", "--since", since).stdout)
         assert [e["kind"] for e in data["events"]] == ["stuck", "preempt", "completed"], since
+
+
+def test_gqueue_marks_a_shadow_database_and_never_shows_a_plan_as_running(clean, tmp_path):
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+    job = submit(cluster, tmp_path, "convnet", 1, 5)
+    daemon = start_daemon(config, "--dry-run", "--max-rounds", "2")
+    code, log = stop_daemon(daemon) if daemon.wait(timeout=60) is None else (daemon.returncode,
+                                                                             daemon.stdout.read())
+    assert code == 0, log
+    assert re.search(rf"round \d+: job {job}: started on \w+ .*\[dry run: planned, not done\]", log), log
+    db = tmp_path / "gavel.db"
+    shown = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(db)],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "# shadow mode (--dry-run): planned, not done"
+    row = next(line.split() for line in lines if line.split()[0] == job)
+    assert row[3] == "PLAN" and "R" not in row[3:4], lines
+    assert cluster.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip() == "PENDING"
+    data = json.loads(subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(db), "--json"],
+                                     capture_output=True, text=True).stdout)
+    assert data["shadow_mode"] == "shadow mode (--dry-run): planned, not done"
+    assert [j["st"] for j in data["jobs"] if j["jobid"] == job] == ["PLAN"]
+    summary = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(db), "--cluster"],
+                             capture_output=True, text=True).stdout
+    assert summary.startswith("# shadow mode")

@@ -98,6 +98,7 @@ class Daemon:
             self.store = SqliteStore(config.database)
             self.store.probe()       # read-only at start (chattr +i, ro mount): found now, not mid-round
             starts = self.store.count_start()
+            self.store.set_mode(dry_run)        # gqueue marks a shadow database
         except BaseException:
             self.lock.release()
             raise

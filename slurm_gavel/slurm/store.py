@@ -462,7 +462,18 @@ class SqliteStore:
                             "on conflict (key) do update set value = cast(value as integer) + 1")
             return int(self.db.execute("select value from meta where key = 'daemon_starts'").fetchone()[0])
 
+    def set_mode(self, dry_run: bool) -> None:
+        """Whether the daemon writing this database acts (live) or only plans (dry_run)."""
+        with self._tx():
+            self.db.execute("insert into meta (key, value) values ('mode', ?) on conflict (key) "
+                            "do update set value = excluded.value", ["dry_run" if dry_run else "live"])
+
     # -- queries ----------------------------------------------------------------------------
+    def shadow(self) -> bool:
+        """A shadow database: its daemon ran with --dry-run (planned, not done)."""
+        row = self.db.execute("select value from meta where key = 'mode'").fetchone()
+        return bool(row) and row[0] == "dry_run"
+
     def last_types(self) -> dict[str, str]:
         """Active job -> the GPU type it was last placed on (kept or started)."""
         return {job: wt for job, wt in self.db.execute(
