@@ -225,3 +225,52 @@ def test_gqueue_marks_a_shadow_database_and_never_shows_a_plan_as_running(clean,
     summary = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(db), "--cluster"],
                              capture_output=True, text=True).stdout
     assert summary.startswith("# shadow mode")
+
+
+def explain_db(tmp_path) -> Path:
+    """A real database as the daemon writes it: three 1-GPU jobs on 2 v100 and 1 k80 GPUs;
+    1 and 2 run on v100, 3 waits with a share on both types."""
+    import numpy as np
+
+    from slurm_gavel.core.backend import JobState, Observation, Server, Usage
+    from slurm_gavel.core.mechanism import Assignment
+    from slurm_gavel.core.model import Allocation
+
+    store = SqliteStore(tmp_path / "gavel.db")
+    jobs = tuple(JobState(str(i), "convnet", 1, 1000.0, name=f"j{i}", user="alice") for i in (1, 2, 3))
+    store.observe(1000.0, Observation(1000.0, jobs, (Server("n1", "v100", 2), Server("n2", "k80", 1))))
+    store.allocation(0, 1000.0, Allocation(("1", "2", "3"), ("v100", "k80"),
+                                           np.array([[0.7, 0.0], [0.7, 0.0], [0.6, 0.4]]),
+                                           policy="max_min_fairness"), True)
+    store.usage(1360.0, Usage(Assignment(("3",), "v100", (("n1", 1),)), 120.0))
+    store.observe(1360.0, Observation(1360.0, jobs, (Server("n1", "v100", 2), Server("n2", "k80", 1))))
+    store.status(1, 1360.0, {
+        "1": {"worker_type": "v100", "priority": 2.5, "reason": "", "state": "R", "gpus": 1},
+        "2": {"worker_type": "v100", "priority": 1.5, "reason": "", "state": "R", "gpus": 1},
+        "3": {"worker_type": None, "priority": 0.9, "reason": "waiting for its round", "state": "PD",
+              "gpus": 0}})
+    store.close()
+    return tmp_path / "gavel.db"
+
+
+def test_explain_one_job_share_received_and_what_it_needs(tmp_path):
+    db = explain_db(tmp_path)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "slurm_gavel", *a], capture_output=True,
+                                    text=True, timeout=60)
+    shown = run("explain", "3", "--db", str(db))
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "job 3 (j3, user alice, model convnet, 1 GPU): PD" in out
+    assert "v100     share 0.60  asks 0:03:36  received 0:02:00" in out          # 0.6 x 360 s
+    assert "k80      share 0.40  asks 0:02:24  received 0:00:00" in out
+    assert "k80: 1 GPUs free, it should start there next round" in out
+    assert "v100: a priority above 1.5 (the lowest of the jobs running there; its own is 0.9)" in out
+    data = json.loads(run("queue", "--db", str(db), "-j", "3", "--explain", "--json").stdout)
+    assert data["jobid"] == "3" and [t for t in data["types"] if t["worker_type"] == "v100"] == [{
+        "worker_type": "v100", "share": 0.6, "target_seconds": 216.0, "received_seconds": 120.0}]
+    running = run("explain", "1", "--db", str(db)).stdout
+    assert "to run next round it needs: nothing: it runs on v100" in running
+    missing = run("explain", "99", "--db", str(db))
+    assert missing.returncode == 2 and "job 99 is not in the database" in missing.stderr
+    two = run("queue", "--db", str(db), "-j", "1,2", "--explain")
+    assert two.returncode == 2 and "give one job" in two.stderr

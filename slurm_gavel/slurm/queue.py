@@ -197,6 +197,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "cancelled, node_fail, timeout, preempted, lost, or all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--cluster", action="store_true", help="per GPU type: GPUs, busy, share, utilization")
+    p.add_argument("--explain", action="store_true",
+                   help="with -j JOB: its share per type, what it received, what it needs to run "
+                        "next round (as `slurm-gavel explain JOB`)")
 
 
 def database_path(args) -> str:
@@ -214,6 +217,12 @@ def dumps(data) -> str:
 
 
 def run(args) -> int:
+    if getattr(args, "explain", False):
+        ids = [i for item in args.jobs for i in item.split(",") if i]
+        if len(ids) != 1:
+            raise InputError("--explain", "give one job: gqueue -j JOB --explain")
+        from .explain import run as explain
+        return explain(args, ids[0])
     store = SqliteStore(database_path(args), readonly=True)
     try:
         if args.cluster:
