@@ -174,3 +174,27 @@ def test_failed_slurm_commands_are_counted_per_command(slurm_cluster):
     value = metrics.registry.get_sample_value
     assert value("slurm_gavel_slurm_command_errors_total", {"command": "scontrol release"}) == 2
     assert value("slurm_gavel_slurm_command_errors_total", {"command": "squeue"}) is None
+
+
+def test_sighup_keeps_the_endpoint_and_says_so(slurm_cluster, tmp_path):
+    import signal
+    port, other = free_port(), free_port()
+    config = write_config(tmp_path, slurm_cluster, round_seconds=4, tick_seconds=1, metrics_port=port)
+    daemon = start_daemon(config)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                scrape(port)
+                break
+            except OSError:
+                time.sleep(0.5)
+        write_config(tmp_path, slurm_cluster, round_seconds=5, tick_seconds=1, metrics_port=other)
+        daemon.send_signal(signal.SIGHUP)
+        time.sleep(7)            # read at the next round (4 s)
+        assert pick(scrape(port), "slurm_gavel_rounds_total") >= 0       # still served there
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    assert f"reload: metrics_port takes effect at the next restart (kept: {port})" in log, log[-3000:]
+    assert "reloaded" in log and "rounds of 5 s" in log

@@ -32,6 +32,7 @@ import sys
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from . import config as config_mod
@@ -55,6 +56,8 @@ log = logging.getLogger("slurm_gavel.daemon")
 # is another daemon's (neither is fixed by starting again), 75 (EX_TEMPFAIL) the
 # database cannot be written at start (it may be, a RestartSec later).
 EXIT_IN_USE = 3
+RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
+                "syslog_facility", "syslog_address")
 EXIT_STORAGE = 75
 
 
@@ -292,6 +295,11 @@ class Daemon:
         except GavelError as e:
             log.error("reload: keeping the old configuration: %s", e)
             return
+        for key in RESTART_KEYS:        # the endpoint and the log handlers are made at start
+            if getattr(new, key) != getattr(self.config, key):
+                log.warning("reload: %s takes effect at the next restart (kept: %r)", key,
+                            getattr(self.config, key))
+                new = replace(new, **{key: getattr(self.config, key)})
         old = self.engine.allocator
         self.engine.allocator = self._allocator(new)
         old.close()
