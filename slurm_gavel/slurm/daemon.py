@@ -39,6 +39,7 @@ from . import config as config_mod
 from ..core.clock import WallClock
 from ..core.display import PrintableLog
 from ..core.engine import Engine
+from ..core.mechanism import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy
@@ -327,7 +328,8 @@ class Daemon:
                     self.clock.sleep_until(self.clock.now() + self.clock.every)
                     continue
                 started = time.perf_counter()
-                previous = self.engine.last_plan.assignments if self.engine.last_plan is not None else ()
+                previous = (self.engine.last_plan.assignments if self.engine.last_plan is not None
+                            else self._placed_before())
                 try:
                     plan = self.engine.plan()
                 except StoreError as e:
@@ -370,6 +372,16 @@ class Daemon:
             log.error("stopped with the database not writable: %s", self.storage_error)
         log.info("stopped after round %d", self.engine.round - 1)
         return self.exit_code
+
+    def _placed_before(self) -> tuple:
+        """A restart: the last recorded round's assignments (where a preempted job ran)."""
+        try:
+            rows = self.store.last_placement()
+        except (sqlite3.Error, GavelError):
+            return ()
+        return tuple(Assignment((job,), r["worker_type"], tuple((n, r["gpus"] or 0)
+                                                               for n in (r["nodes"] or "").split(",") if n))
+                     for job, r in rows.items() if r["worker_type"])
 
     def _explain_round(self, plan, previous) -> None:
         """Log and record each start and preemption of `plan` with its job, partition, nodes

@@ -84,7 +84,7 @@ def decide(plan, previous: Sequence, partitions: Mapping[str, str],
             reason = "the allocation gives it no GPU time now"
         else:
             reason = f"others have higher priority now (its priority {mine})"
-        detail = f"{where} {reason}".strip()
+        detail = (f"{where} {reason}" if takers else f"{where}: {reason}") if where else reason
         out.append(Decision("preempt", job, wt, partition_of.get(wt) if wt else None, nodes, detail))
     return out
 
