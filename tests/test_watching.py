@@ -274,3 +274,39 @@ def test_explain_one_job_share_received_and_what_it_needs(tmp_path):
     assert missing.returncode == 2 and "job 99 is not in the database" in missing.stderr
     two = run("queue", "--db", str(db), "-j", "1,2", "--explain")
     assert two.returncode == 2 and "give one job" in two.stderr
+
+
+def test_users_text_is_escaped_in_the_log_file_and_syslog(tmp_path):
+    import logging
+
+    from slurm_gavel.slurm import config as config_mod
+    from slurm_gavel.slurm.daemon import log_to
+
+    sockdir = Path(tempfile.mkdtemp(prefix="gvl"))
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(sockdir / "log"))
+    receiver.settimeout(5)
+    config = config_mod.from_dict({"log_file": str(tmp_path / "d.log"), "syslog": True,
+                                   "syslog_address": str(sockdir / "log")})
+    root = logging.getLogger()
+    before = list(root.handlers)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        log_to(config)
+        logging.getLogger("slurm_gavel.test").warning("job 5: progress file %s refused",
+                                                      "/home/eve/\x1b[2J\u202e.gavel/5.jsonl")
+        for h in root.handlers:
+            h.flush()
+        got = receiver.recv(65536).decode()
+    finally:
+        for h in root.handlers[len(before):]:
+            root.removeHandler(h)
+            h.close()
+        root.setLevel(level)
+        receiver.close()
+        shutil.rmtree(sockdir, ignore_errors=True)
+    text = (tmp_path / "d.log").read_text()
+    for out in (text, got):
+        assert "/home/eve/\\x1b[2J\\u202e.gavel/5.jsonl" in out, out
+        assert "\x1b" not in out and "\u202e" not in out
