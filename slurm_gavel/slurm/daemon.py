@@ -21,6 +21,11 @@ deleted) the daemon logs one line saying what to do, then polls nothing and
 starts, holds or preempts nothing, and tries the database again every tick;
 it resumes by itself.  A database that cannot be written at start is one line
 and exit code 75 (systemd starts it again after RestartSec).
+
+Watching (slurm_conf/README.md): the Prometheus series of metrics.py, served when
+`metrics_port` is set (a port in use: one line, exit 75); each start and preemption
+logged and recorded as an event with its job, partition, nodes and reason
+(decisions.py); logs on stderr, and optionally a file and syslog (`log_to`).
 """
 from __future__ import annotations
 
@@ -57,9 +62,10 @@ log = logging.getLogger("slurm_gavel.daemon")
 # is another daemon's (neither is fixed by starting again), 75 (EX_TEMPFAIL) the
 # database cannot be written at start (it may be, a RestartSec later).
 EXIT_IN_USE = 3
+EXIT_STORAGE = 75
+# Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
                 "syslog_facility", "syslog_address")
-EXIT_STORAGE = 75
 
 
 class TickingClock(WallClock):
