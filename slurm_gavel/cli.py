@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     register_throughputs(commands)
     from .slurm.undo import register as register_undo
     register_undo(commands)
+    from .slurm.events import register as register_events
+    register_events(commands)
+    from .slurm.explain import register as register_explain
+    register_explain(commands)
     return parser
 
 

@@ -24,6 +24,7 @@ except ModuleNotFoundError:  # pragma: no cover - 3.9/3.10
 DEFAULT_PATH = "/etc/slurm/gavel.toml"
 SHARED_CLUSTER_TRUST = Trust(shared_min_users=2)
 WEIGHT_KEYS = ("min", "max", "users", "accounts")
+SYSLOG_FACILITIES = ("daemon", "user", *(f"local{i}" for i in range(8)))
 ESTIMATOR_KEYS = ("ceiling", "max_steps_per_second", "shared_min_users", "agreement", "trusted_users")
 
 
@@ -51,6 +52,15 @@ class Config:
     slurm_bin_dir: str | None = None
     slurm_conf: str | None = None        # SLURM_CONF for the Slurm commands
     command_timeout_seconds: float = 30.0
+    # Watching (slurm/metrics.py, slurm_conf/README.md): a Prometheus endpoint when a port is set
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"    # localhost only unless the admin opens it
+    metrics_per_job: bool = False        # per-job series (a label per job id): opt-in
+    # Logging: stderr always (journald under systemd); also a file and/or syslog
+    log_file: str | None = None
+    syslog: bool = False
+    syslog_facility: str = "daemon"
+    syslog_address: str = "/dev/log"     # the local syslog socket (journald and rsyslog listen there)
     # [weights]: what users' weight= flags are bounded to (core/weights.py)
     weights: WeightLimits = field(default_factory=WeightLimits)
     # [estimator]: how far jobs' own throughput reports are believed (estimator/trust.py);
@@ -97,6 +107,19 @@ class Config:
             bad(f"weights.{key}", problem)
         for key, problem in self.estimator.problems():
             bad(f"estimator.{key}", problem)
+        if self.metrics_port is not None and not (
+                isinstance(self.metrics_port, int) and not isinstance(self.metrics_port, bool)
+                and 1 <= self.metrics_port <= 65535):
+            bad("metrics_port", f"must be a port number 1-65535, got {self.metrics_port!r}")
+        if not isinstance(self.metrics_address, str) or not self.metrics_address:
+            bad("metrics_address", f"must be an address to listen on, got {self.metrics_address!r}")
+        if self.log_file is not None and (not isinstance(self.log_file, str) or not self.log_file):
+            bad("log_file", f"must be a file path, got {self.log_file!r}")
+        if not isinstance(self.syslog_address, str) or not self.syslog_address:
+            bad("syslog_address", f"must be a socket path, got {self.syslog_address!r}")
+        if self.syslog_facility not in SYSLOG_FACILITIES:
+            bad("syslog_facility", f"must be one of {', '.join(SYSLOG_FACILITIES)}, "
+                                   f"got {self.syslog_facility!r}")
         if self.throughputs is not None and not Path(self.throughputs).is_file():
             bad("throughputs", f"no such file: {self.throughputs}")
         return self
@@ -164,7 +187,7 @@ def from_dict(data: Mapping[str, Any], source: str = "config") -> Config:
 __all__ = ["Config", "DEFAULT_PATH", "from_dict", "load"]
 
 
-def slurm_cli(config: Config) -> SlurmCLI:
+def slurm_cli(config: Config, cls: type[SlurmCLI] = SlurmCLI) -> SlurmCLI:
     """The Slurm commands as `config` says to run them (slurm.conf, bin dir, timeout)."""
     env = {"SLURM_CONF": config.slurm_conf} if config.slurm_conf else None
-    return SlurmCLI(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)
+    return cls(env=env, bin_dir=config.slurm_bin_dir, timeout=config.command_timeout_seconds)

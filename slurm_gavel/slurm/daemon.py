@@ -21,25 +21,38 @@ deleted) the daemon logs one line saying what to do, then polls nothing and
 starts, holds or preempts nothing, and tries the database again every tick;
 it resumes by itself.  A database that cannot be written at start is one line
 and exit code 75 (systemd starts it again after RestartSec).
+
+Watching (slurm_conf/README.md): the Prometheus series of metrics.py, served when
+`metrics_port` is set (a port in use: one line, exit 75); each start and preemption
+logged and recorded as an event with its job, partition, nodes and reason
+(decisions.py); logs on stderr, and optionally a file and syslog (`log_to`).
 """
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import signal
+import sys
+import sqlite3
 import threading
+import time
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from . import config as config_mod
 from ..core.clock import WallClock
 from ..core.display import PrintableLog
 from ..core.engine import Engine
+from ..core.mechanism import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy
 from ..core.recompute import Background
 from .backend import SlurmBackend
+from .decisions import decide
 from .lock import DatabaseLock, LockError, LockUnavailable
+from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
 
@@ -50,6 +63,9 @@ log = logging.getLogger("slurm_gavel.daemon")
 # database cannot be written at start (it may be, a RestartSec later).
 EXIT_IN_USE = 3
 EXIT_STORAGE = 75
+# Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
+RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
+                "syslog_facility", "syslog_address")
 
 
 class TickingClock(WallClock):
@@ -75,10 +91,14 @@ class TickingClock(WallClock):
 
 
 class Daemon:
-    def __init__(self, config: config_mod.Config, dry_run: bool = False):
+    def __init__(self, config: config_mod.Config, dry_run: bool = False, metrics: Metrics | None = None):
         self.config = config
         self.dry_run = dry_run
-        self.cli = config_mod.slurm_cli(config)
+        # the Prometheus series (metrics.py); main() serves them when metrics_port is set
+        self.metrics = metrics or Metrics(per_job=config.metrics_per_job)
+        self.metrics.dry_run.set(int(dry_run))
+        self.cli = config_mod.slurm_cli(config, CountingCLI)
+        self.cli.failed = lambda command: self.metrics.command_errors.labels(command=command).inc()
         # the lock first: nothing, not even a migration, is written to another daemon's database
         self.lock = DatabaseLock(config.database, dry_run=dry_run).acquire()
         self.storage_error: str | None = None     # why the database cannot be written, while so
@@ -87,6 +107,8 @@ class Daemon:
         try:
             self.store = SqliteStore(config.database)
             self.store.probe()       # read-only at start (chattr +i, ro mount): found now, not mid-round
+            starts = self.store.count_start()
+            self.store.set_mode(dry_run)        # gqueue marks a shadow database
         except BaseException:
             self.lock.release()
             raise
@@ -112,6 +134,9 @@ class Daemon:
                              solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2),
                              weight_limits=config.weights)
         self._resume()
+        if starts > 1:
+            self.metrics.restarts.inc(starts - 1)
+        self.metrics.seed(self.store.last_types())
         self._reload = False
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
@@ -157,7 +182,8 @@ class Daemon:
         return ThroughputTable.from_gavel_json(config.throughputs) if config.throughputs else None
 
     def _allocator(self, config):
-        policy = make_policy(config.policy, agnostic=config.agnostic, space_sharing=config.space_sharing)
+        policy = TimedPolicy(make_policy(config.policy, agnostic=config.agnostic,
+                                         space_sharing=config.space_sharing), self.metrics.solve_duration)
         return Background(policy, on_error=lambda f: log.error("policy solve failed (the previous "
                                                                 "allocation stays): %s", f.error),
                           budget=config.solver_budget_seconds,
@@ -183,6 +209,7 @@ class Daemon:
             log.error("%s (until then no job is started, held or preempted)", message)
             self._logged_storage = message
         self.storage_error = message
+        self.metrics.up.set(0)
 
     def _storage_worked(self) -> None:
         """A whole step was recorded: say so once after a failure.  (Not at the first small
@@ -232,7 +259,7 @@ class Daemon:
             self.engine.settle()
             self.backend.backoff.succeeded()
             if self.engine.last_plan is not None:     # gqueue follows what Slurm does between rounds
-                self.store.status(self.engine.last_plan.round, now, self._status())
+                self.store.status(self.engine.last_plan.round, now, self._publish())
             self._storage_worked()
         except StoreError as e:
             self._storage_failed(e)
@@ -275,6 +302,11 @@ class Daemon:
         except GavelError as e:
             log.error("reload: keeping the old configuration: %s", e)
             return
+        for key in RESTART_KEYS:        # the endpoint and the log handlers are made at start
+            if getattr(new, key) != getattr(self.config, key):
+                log.warning("reload: %s takes effect at the next restart (kept: %r)", key,
+                            getattr(self.config, key))
+                new = replace(new, **{key: getattr(self.config, key)})
         old = self.engine.allocator
         self.engine.allocator = self._allocator(new)
         old.close()
@@ -301,6 +333,9 @@ class Daemon:
                     # nothing recorded, nothing done: try again in a tick
                     self.clock.sleep_until(self.clock.now() + self.clock.every)
                     continue
+                started = time.perf_counter()
+                previous = (self.engine.last_plan.assignments if self.engine.last_plan is not None
+                            else self._placed_before())
                 try:
                     plan = self.engine.plan()
                 except StoreError as e:
@@ -314,8 +349,11 @@ class Daemon:
                     self.clock.sleep_until(self.clock.now() + delay)
                     continue
                 self.backend.backoff.succeeded()
+                self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.partitions,
+                                   time.perf_counter() - started, active=self.engine.active_ids)
+                self._explain_round(plan, previous)
                 try:
-                    self.store.status(plan.round, self.clock.now(), self._status())
+                    self.store.status(plan.round, self.clock.now(), self._publish())
                     self._storage_worked()
                 except StoreError as e:
                     self._storage_failed(e)
@@ -341,6 +379,43 @@ class Daemon:
         log.info("stopped after round %d", self.engine.round - 1)
         return self.exit_code
 
+    def _placed_before(self) -> tuple:
+        """A restart: the last recorded round's assignments (where a preempted job ran)."""
+        try:
+            rows = self.store.last_placement()
+        except (sqlite3.Error, GavelError):
+            return ()
+        return tuple(Assignment((job,), r["worker_type"], tuple((n, r["gpus"] or 0)
+                                                               for n in (r["nodes"] or "").split(",") if n))
+                     for job, r in rows.items() if r["worker_type"])
+
+    def _explain_round(self, plan, previous) -> None:
+        """Log and record each start and preemption of `plan` with its job, partition, nodes
+        and reason (decisions.py; `slurm-gavel events` shows them)."""
+        if not plan.start and not plan.preempt:
+            return
+        alloc = self.engine.allocation
+        share = ({job: dict(zip(alloc.worker_types, (float(v) for v in alloc.x[i])))
+                  for i, job in enumerate(alloc.job_ids)} if alloc is not None else {})
+        priority = {job: row.get("priority") for job, row in self.engine.explain().items()}
+        try:
+            phase = {e["job"]: e["phase"] for e in self.store.throughput_estimates()}
+        except (sqlite3.Error, GavelError):     # the reasons lose "exploring", nothing else
+            phase = {}
+        shadow = " [dry run: planned, not done]" if self.dry_run else ""
+        for d in decide(plan, previous, self.backend.partitions, priority, share, phase):
+            log.info("%s%s", d.line(plan.round), shadow)
+            self._event(d.kind, d.job, d.detail + shadow)
+
+    def _publish(self) -> dict:
+        """The status rows (for the store), with the GPU and job gauges updated from them.
+        (The backend's view of Slurm's nodes and jobs, as its last poll saw them.)"""
+        rows = self._status()
+        b = self.backend
+        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions), rows)
+        self.metrics.up.set(1)
+        return rows
+
     def _status(self) -> dict:
         """The engine's view of each job (type, priority, why it waits) with what Slurm really
         does with it: R only for what Slurm runs, S released and not started, W held back."""
@@ -358,6 +433,44 @@ class Daemon:
         return rows
 
 
+class SysLog(logging.handlers.SysLogHandler):
+    """Syslog that never blocks the daemon: a receiver that stops reading (a stuck journald;
+    a unix datagram socket queues only a few messages) costs log lines, counted in
+    `dropped`, not rounds.  (The standard handler's blocking send hung the daemon.)"""
+
+    dropped = 0
+
+    def _connect_unixsocket(self, address):
+        super()._connect_unixsocket(address)
+        self.socket.setblocking(False)
+
+    def handleError(self, record):
+        if isinstance(sys.exc_info()[1], BlockingIOError):
+            self.dropped += 1
+            return
+        super().handleError(record)
+
+
+def log_to(config: config_mod.Config) -> None:
+    """Besides stderr (the journal under systemd): `log_file` (reopened when logrotate moves
+    it) and `syslog` (the local socket, as slurm-gavel[pid], facility `syslog_facility`).
+    Users' text is escaped on every handler (PrintableLog)."""
+    root = logging.getLogger()
+    added = []
+    if config.log_file:
+        handler = logging.handlers.WatchedFileHandler(config.log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        added.append(handler)
+    if config.syslog:
+        handler = SysLog(
+            config.syslog_address, facility=logging.handlers.SysLogHandler.facility_names[config.syslog_facility])
+        handler.setFormatter(logging.Formatter("slurm-gavel[%(process)d]: %(name)s %(levelname)s %(message)s"))
+        added.append(handler)
+    for handler in added:
+        handler.addFilter(PrintableLog())
+        root.addHandler(handler)
+
+
 def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None = None,
          log_level: str = "INFO") -> int:
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
@@ -366,17 +479,35 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
         handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
     config = config_mod.load(config_path)
     try:
-        daemon = Daemon(config, dry_run=dry_run)
+        log_to(config)
+    except OSError as e:
+        log.error("cannot log where gavel.toml says (%s): %s", config.source or "config", e)
+        return 2
+    metrics = Metrics(per_job=config.metrics_per_job)
+    if config.metrics_port is not None:
+        try:        # first: a port in use is one line, before the database is touched
+            metrics.serve(config.metrics_port, config.metrics_address)
+        except MetricsError as e:
+            log.error("%s", e)
+            return EXIT_STORAGE
+        log.info("metrics: http://%s:%d/metrics", config.metrics_address, metrics.port)
+    try:
+        daemon = Daemon(config, dry_run=dry_run, metrics=metrics)
     except LockError as e:
         log.error("%s", e)
+        metrics.close()
         return EXIT_STORAGE if isinstance(e, LockUnavailable) else EXIT_IN_USE
     except StoreError as e:     # read-only, full, unreadable: one line, no traceback
         log.error("%s", e)
+        metrics.close()
         return EXIT_STORAGE
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
-    return daemon.run(max_rounds)
+    try:
+        return daemon.run(max_rounds)
+    finally:
+        metrics.close()
 
 
 __all__ = ["EXIT_IN_USE", "EXIT_STORAGE", "Daemon", "TickingClock", "main"]

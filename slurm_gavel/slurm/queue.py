@@ -36,6 +36,10 @@ KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fin
              "explore": "?", "mean": "?", "default": "?"}
 DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,progress,reason"
 # How a job left, in the ST column (`--states`); its REASON is what Slurm said of its end.
+# A shadow database (the daemon ran with --dry-run): said above the table, in the JSON,
+# and as the ST of every job the plan placed.
+SHADOW = "shadow mode (--dry-run): planned, not done"
+PLANNED = "PLAN"
 DEPARTED = {"completed": "CD", "failed": "F", "cancelled": "CA", "node_fail": "NF",
             "timeout": "TO", "preempted": "PR", "lost": "LOST"}
 
@@ -62,6 +66,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
                                       + [wt for t in shares.values() for wt in t]
                                       + [wt for t in times.values() for wt in t]))
     interim = set(meta["interim_jobs"]) if meta else set()
+    shadow = store.shadow()
     estimates: dict[str, dict[str, dict]] = {}
     for e in store.throughput_estimates(active_only=False):
         estimates.setdefault(e["job"], {})[e["worker_type"]] = e
@@ -78,14 +83,18 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
         reason = st.get("reason") if st else "not yet scheduled (waiting for the next round)"
         if j["state"] != "active":
             wt, reason = None, ended.get(j["id"], j["state"])
+        state = (DEPARTED.get(j["state"], j["state"]) if j["state"] != "active"
+                 else st.get("state") or ("R" if wt else "PD"))
+        if shadow and j["state"] == "active" and wt and state != "R":
+            # --dry-run released nothing: a placed job is a plan, never R (nor S, "released")
+            state, reason = PLANNED, f"{SHADOW}: on {wt}"
         est = estimates.get(j["id"], {})
         first = next(iter(est.values()), {})          # phase and proxy are per job
         phase, proxy = first.get("phase"), first.get("proxy")
         out.append({
             "jobid": j["id"], "user": j["user"], "name": j["name"], "account": j["account"],
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
-            "st": (DEPARTED.get(j["state"], j["state"]) if j["state"] != "active"
-                   else st.get("state") or ("R" if wt else "PD")),
+            "st": state,
             "state": j["state"], "finished": j.get("finished"), "type": wt,
             "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "interim_share": j["id"] in interim,
@@ -188,6 +197,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "cancelled, node_fail, timeout, preempted, lost, or all)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--cluster", action="store_true", help="per GPU type: GPUs, busy, share, utilization")
+    p.add_argument("--explain", action="store_true",
+                   help="with -j JOB: its share per type, what it received, what it needs to run "
+                        "next round (as `slurm-gavel explain JOB`)")
 
 
 def database_path(args) -> str:
@@ -205,18 +217,30 @@ def dumps(data) -> str:
 
 
 def run(args) -> int:
+    if getattr(args, "explain", False):
+        ids = [i for item in args.jobs for i in item.split(",") if i]
+        if len(ids) != 1:
+            raise InputError("--explain", "give one job: gqueue -j JOB --explain")
+        from .explain import run as explain
+        return explain(args, ids[0])
     store = SqliteStore(database_path(args), readonly=True)
     try:
         if args.cluster:
             data = clean(cluster_rows(store))
+            if store.shadow():
+                print(dumps({"shadow_mode": SHADOW, "types": data}) if args.json
+                      else "# " + SHADOW + "\n" + cluster_table(data))
+                return 0
             print(dumps(data) if args.json else cluster_table(data))
             return 0
         ids = [i for item in args.jobs for i in item.split(",") if i]
         data, worker_types = clean(rows(store, args.user, args.partition, ids, _states(args.states)))
+        shadow = store.shadow()
         if args.json:
-            print(dumps({"worker_types": worker_types, "jobs": data}))
+            print(dumps({"worker_types": worker_types, "jobs": data,
+                         **({"shadow_mode": SHADOW} if shadow else {})}))
         else:
-            print(table(data, worker_types, args.format))
+            print(("# " + SHADOW + "\n" if shadow else "") + table(data, worker_types, args.format))
         return 0
     finally:
         store.close()

@@ -455,7 +455,31 @@ class SqliteStore:
         with self._tx():
             self.db["events"].insert({"time": time_, "kind": kind, "job": job, "detail": detail})
 
+    def count_start(self) -> int:
+        """One more daemon start on this database; how many there have been (this one too)."""
+        with self._tx():
+            self.db.execute("insert into meta (key, value) values ('daemon_starts', '1') "
+                            "on conflict (key) do update set value = cast(value as integer) + 1")
+            return int(self.db.execute("select value from meta where key = 'daemon_starts'").fetchone()[0])
+
+    def set_mode(self, dry_run: bool) -> None:
+        """Whether the daemon writing this database acts (live) or only plans (dry_run)."""
+        with self._tx():
+            self.db.execute("insert into meta (key, value) values ('mode', ?) on conflict (key) "
+                            "do update set value = excluded.value", ["dry_run" if dry_run else "live"])
+
     # -- queries ----------------------------------------------------------------------------
+    def shadow(self) -> bool:
+        """A shadow database: its daemon ran with --dry-run (planned, not done)."""
+        row = self.db.execute("select value from meta where key = 'mode'").fetchone()
+        return bool(row) and row[0] == "dry_run"
+
+    def last_types(self) -> dict[str, str]:
+        """Active job -> the GPU type it was last placed on (kept or started)."""
+        return {job: wt for job, wt in self.db.execute(
+            "select p.job, p.worker_type from placements p join jobs j on j.id = p.job "
+            "where j.state = 'active' and p.action != 'preempt' order by p.round")}
+
     def job_time(self, jobs: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for job, wt, seconds in self.db.execute("select job, worker_type, seconds from job_time"):
@@ -495,6 +519,23 @@ class SqliteStore:
                 "order by e.id"):
             out[job] = detail
         return out
+
+    def events(self, jobs: Iterable[str] = (), since: float | None = None,
+               kinds: Iterable[str] | None = None) -> list[dict]:
+        """Recorded events (oldest first): of `jobs` (all if empty), from `since` on."""
+        sql, args = "select id, time, kind, job, detail from events where 1 = 1", []
+        jobs = list(jobs)
+        if jobs:
+            sql += f" and job in ({','.join('?' * len(jobs))})"
+            args += jobs
+        if since is not None:
+            sql += " and time >= ?"
+            args.append(since)
+        if kinds is not None:
+            kinds = list(kinds)
+            sql += f" and kind in ({','.join('?' * len(kinds))})"
+            args += kinds
+        return [dict(r) for r in self.db.query(sql + " order by time, id", args)]
 
     def status_rows(self) -> dict[str, dict]:
         return {r["job"]: r for r in self.db.query("select * from status")}
