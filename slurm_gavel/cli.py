@@ -110,15 +110,18 @@ def _workload_options(p):
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
                    help="measure jobs FIRST <= id < END (the steady state) and stop when they are done")
-    from .core.engine import DEFAULT_HYSTERESIS, DEFAULT_RESTART_SECONDS
+    from .core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
     p.add_argument("--restart-seconds", "--checkpoint-seconds", type=float, dest="restart_seconds",
                    default=DEFAULT_RESTART_SECONDS, metavar="S",
                    help="time a job loses each time it is started or resumed (requeue, launch, "
                         "checkpoint load); the mechanism weighs it against the gain of a move "
                         "(default: %(default)s)")
-    p.add_argument("--hysteresis", type=float, default=DEFAULT_HYSTERESIS, metavar="S",
-                   help="a running job competes for its GPUs as if it had received S seconds "
+    p.add_argument("--hysteresis", type=float, default=DEFAULT_HYSTERESIS, metavar="ROUNDS",
+                   help="a running job competes for its GPUs as if it had received this many rounds "
                         "less: a job replaces it only when clearly more behind (default: %(default)s)")
+    p.add_argument("--move-hysteresis", type=float, default=DEFAULT_MOVE_HYSTERESIS, metavar="ROUNDS",
+                   help="a running job moves to another GPU type of its own accord only when it is "
+                        "this many rounds more behind its share there (default: %(default)s)")
     p.add_argument("--no-work-conserving", action="store_false", dest="work_conserving",
                    help="leave GPUs idle rather than give them to jobs with no share on their type")
     p.add_argument("--solver-delay", type=float, default=0.0, metavar="S",
@@ -348,6 +351,7 @@ def _run_config(args, **overrides):
     _positive(args.round_seconds, "--round")
     _positive(args.restart_seconds, "--restart-seconds", allow_zero=True)
     _positive(args.hysteresis, "--hysteresis", allow_zero=True)
+    _positive(args.move_hysteresis, "--move-hysteresis", allow_zero=True)
     _positive(args.solver_delay, "--solver-delay", allow_zero=True)
     _positive(args.gpus_per_node, "--gpus-per-node")
     _positive(args.reset_seconds, "--reset-interval", allow_zero=True)
@@ -360,7 +364,8 @@ def _run_config(args, **overrides):
                   jobs=args.jobs, multi_gpu=args.multi_gpu, round_seconds=args.round_seconds,
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
-                  work_conserving=args.work_conserving, solver_delay=args.solver_delay,
+                  work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
+                  solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
                   reset_seconds=args.reset_seconds)
     fields.update(overrides)

@@ -182,3 +182,25 @@ def test_seeded_ledger_orders_fresh_entries_by_their_share():
 def test_usable_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="usable has shape"):
         plan_round(0, v100_only(), Ledger(TYPES), servers(), {"a": 1, "b": 1}, usable=np.ones((3, 2)))
+
+
+def test_move_hysteresis_stops_running_jobs_swapping_types_but_not_waiting_jobs():
+    # a and b each have half of each type; a ran on the V100, b on the K80 (one GPU each),
+    # so each is behind on the other type: plain priorities swap them every round
+    from slurm_gavel.core.mechanism import Assignment
+    alloc = Allocation(("a", "b"), TYPES, np.array([[0.5, 0.5], [0.5, 0.5]]), "x")
+    on_v100 = Assignment(("a",), "v100", (("v100-0", 1),))
+    on_k80 = Assignment(("b",), "k80", (("k80-0", 1),))
+    ledger = Ledger(TYPES)
+    ledger.record([on_v100, on_k80], 720)
+    sizes = {"a": 1, "b": 1}
+    swapped = plan_round(2, alloc, ledger, servers(), sizes, [on_v100, on_k80])
+    assert {a.jobs[0]: a.worker_type for a in swapped.assignments} == {"a": "k80", "b": "v100"}
+    stay = plan_round(2, alloc, ledger, servers(), sizes, [on_v100, on_k80],
+                      churn=Churn(move_hysteresis=1000))
+    assert set(stay.keep) == {on_v100, on_k80} and not stay.start and not stay.preempt
+    # a job that is waiting is not held back by it: c (never ran) takes a's V100
+    alloc3 = Allocation(("a", "b", "c"), TYPES, np.array([[0.5, 0.0], [0.0, 0.5], [0.5, 0.5]]), "x")
+    plan = plan_round(2, alloc3, ledger, servers(), {"a": 1, "b": 1, "c": 1}, [on_v100, on_k80],
+                      churn=Churn(move_hysteresis=1000, seed_seconds=180))
+    assert "c" in plan.running_jobs and plan.preempt

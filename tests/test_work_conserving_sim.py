@@ -63,7 +63,7 @@ def test_restart_seconds_option_and_its_old_name(capsys, table_path):  # noqa: F
     free = json.loads(out)
     a, b = rows.values()
     assert a["average_jct_hours"] == b["average_jct_hours"] > free["average_jct_hours"]
-    code, out, _ = run(capsys, *generated(table_path, "--hysteresis", "1080", "--json"))
+    code, out, _ = run(capsys, *generated(table_path, "--hysteresis", "3", "--json"))
     assert code == 0 and math.isfinite(json.loads(out)["average_jct_hours"])
     code, _, err = run(capsys, *generated(table_path, "--hysteresis", "-1"))
     assert code == 2 and "--hysteresis" in err

@@ -127,29 +127,40 @@ class Churn:
     received that time, so a move must gain more than it loses.
     `seed_seconds`: time every entry counts as received (Gavel seeds half a
     round), so that after a reset priorities are X / seed, finite and in the
-    order of X, instead of all infinite at once.  The defaults are the plain
-    mechanism of the paper.
+    order of X, instead of all infinite at once.  `move_hysteresis`: a running
+    row's other types compete as if it had received that much more there, so
+    that it moves to another type of its own accord only when it is that far
+    behind there (two running jobs no longer swap types to even out their
+    time fractions; a waiting job still preempts after `hysteresis`).  The
+    defaults are the plain mechanism of the paper.
     """
 
     hysteresis: float = 0.0
     restart_seconds: float = 0.0
     seed_seconds: float = 0.0
+    move_hysteresis: float = 0.0
 
     def __post_init__(self):
-        for name in ("hysteresis", "restart_seconds", "seed_seconds"):
+        for name in ("hysteresis", "restart_seconds", "seed_seconds", "move_hysteresis"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
 
     def received(self, received: np.ndarray, staying: Sequence[tuple[int, int]]) -> np.ndarray:
         """The time each entry competes with: seeded, minus the lease credit of the (row, type)
-        entries in `staying`, plus the restart cost for every other entry."""
+        entries in `staying`, plus the restart cost for every other entry, plus
+        `move_hysteresis` for the other types of a running row (a move of its own)."""
         shift = self.seed_seconds + self.restart_seconds
         if shift:
             received = received + shift
         credit = self.hysteresis + self.restart_seconds
-        if credit and staying:
+        if (credit or self.move_hysteresis) and staying:
             r, t = np.array(staying, dtype=np.int64).T
+            if self.move_hysteresis:
+                if not shift:
+                    received = received.copy()
+                received[r] += self.move_hysteresis
+                received[r, t] -= self.move_hysteresis
             received[r, t] -= credit          # <= 0: an infinite priority while the lease lasts
         return received
 

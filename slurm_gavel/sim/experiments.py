@@ -22,7 +22,7 @@ from ..core.errors import InputError
 from .simulator import JobResult, Simulation, simulate, summarize
 from ..estimator.table import ThroughputTable
 from .workloads import TraceJob, iter_trace, read_trace
-from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_RESTART_SECONDS
+from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
 from ..core.files import atomic_write
 
 DEFAULT_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
@@ -52,6 +52,7 @@ class RunConfig:
     reset_seconds: float = 1920.0
     hysteresis: float = DEFAULT_HYSTERESIS    # mechanism: how clearly behind a job must be to take a GPU
     work_conserving: bool = True              # mechanism: idle GPUs go to jobs without a share there
+    move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS   # mechanism: how far behind a running job must be to move
 
     @property
     def label(self) -> str:
@@ -93,7 +94,8 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    solver_delay=config.solver_delay, space_sharing=config.space_sharing,
                    prices=dict(config.prices), max_rounds=config.max_rounds,
                    reset_seconds=config.reset_seconds, progress=progress,
-                   hysteresis=config.hysteresis, work_conserving=config.work_conserving)
+                   hysteresis=config.hysteresis, work_conserving=config.work_conserving,
+                   move_hysteresis=config.move_hysteresis)
     return sim, table
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.clock import SimulatedClock
-from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
 from ..core.mechanism import Assignment, RoundPlan, Server
@@ -341,7 +341,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              max_rounds: int | None = None, reset_seconds: float = DEFAULT_RESET_SECONDS,
              throughputs=None, progress: Callable[[int, float, int, int], None] | None = None,
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
-             checkpoint_seconds: float | None = None) -> Simulation:
+             checkpoint_seconds: float | None = None,
+             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -349,7 +350,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     solve take that many simulated seconds (the engine keeps going meanwhile).
     `restart_seconds` is charged at each start and resume and told to the
     mechanism (`checkpoint_seconds` is its old name); `hysteresis` and
-    `work_conserving` set the mechanism's churn and idle-GPU rules.
+    `move_hysteresis` (in rounds) and `work_conserving` set the mechanism's
+    churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -367,7 +369,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
         engine = Engine(clock, backend, allocator, source, store, round_seconds,
                         prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds,
                         work_conserving=work_conserving, hysteresis=hysteresis,
-                        restart_seconds=restart_seconds)
+                        restart_seconds=restart_seconds, move_hysteresis=move_hysteresis)
     except ValueError as e:
         raise InputError("--hysteresis", str(e)) from None
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
