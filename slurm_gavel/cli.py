@@ -106,6 +106,9 @@ def _workload_options(p):
     p.add_argument("--multi-gpu", action="store_true",
                    help="continuous-multiple: scale factors 1/2/4/8 at 70/10/15/5%% "
                         "(default: all jobs use 1 GPU)")
+    p.add_argument("--generator", choices=("ours", "gavel"), metavar="{ours,gavel}",
+                   help="workload generator: ours (default), or gavel: exactly the jobs Gavel's own "
+                        "simulator draws for the seed (type, steps, scale factor, arrival)")
     p.add_argument("--round", type=float, default=360.0, metavar="SECONDS", dest="round_seconds",
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
@@ -141,7 +144,8 @@ def _simulate_parser(commands):
                     "simulated cluster: a trace file, or Gavel's synthetic workload.")
     p.add_argument("--policy", required=True, metavar="NAME", help="policy name or alias")
     p.add_argument("--agnostic", action="store_true", help="the heterogeneity-agnostic baseline")
-    p.add_argument("--trace", metavar="FILE", help="Gavel's 10-field trace file")
+    p.add_argument("--trace", metavar="FILE",
+                   help="Gavel's trace file (10 fields, or the older 7 of its Philly-derived traces)")
     p.add_argument("--rate", type=float, metavar="JOBS_PER_HOUR",
                    help="Poisson arrivals (default without --trace: all jobs at time 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default: 0)")
@@ -361,7 +365,8 @@ def _run_config(args, **overrides):
     for name, value in prices:
         _positive(value, f"--prices {name}", allow_zero=True)
     fields = dict(throughputs=args.throughputs, cluster=tuple(parse_cluster(args.cluster).items()),
-                  jobs=args.jobs, multi_gpu=args.multi_gpu, round_seconds=args.round_seconds,
+                  jobs=args.jobs, multi_gpu=args.multi_gpu, generator=args.generator or "ours",
+                  round_seconds=args.round_seconds,
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
@@ -443,8 +448,10 @@ def cmd_simulate(args) -> int:
     _check_output(args.plot, "--plot")
     if args.seed < 0:
         raise InputError("--seed", f"must be >= 0, got {args.seed}")
-    if args.trace and (args.rate is not None or args.jobs is not None or args.multi_gpu):
-        raise InputError("--trace", "a trace file fixes the jobs: drop --rate, --jobs and --multi-gpu")
+    if args.trace and (args.rate is not None or args.jobs is not None or args.multi_gpu
+                       or args.generator is not None):
+        raise InputError("--trace", "a trace file fixes the jobs: drop --rate, --jobs, --multi-gpu "
+                                    "and --generator")
     _positive(args.rate, "--rate")
     config = _run_config(args, policy=args.policy, agnostic=args.agnostic, trace=args.trace,
                          rate=args.rate, seed=args.seed)

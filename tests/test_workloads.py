@@ -13,7 +13,10 @@ from slurm_gavel.sim.workloads import (TraceJob, generate_trace, policy_input, r
                                        write_trace)
 from slurm_gavel.estimator.table import ThroughputTable
 
-GAVEL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel"
+# Gavel's data beside the repository (../shared), or beside a worktree's parent (../../shared)
+GAVEL_DATA = next((p / "shared" / "data" / "gavel" for p in Path(__file__).resolve().parents[2:4]
+                   if (p / "shared" / "data" / "gavel").is_dir()),
+                  Path(__file__).resolve().parents[2] / "shared" / "data" / "gavel")
 SIM_JSON = GAVEL_DATA / "simulation_throughputs.json"
 TRACE_DIR = GAVEL_DATA / "traces" / "physical_cluster"
 RESNET50 = "ResNet-50 (batch size 64)"
@@ -252,3 +255,132 @@ def test_policy_input_from_trace(tiny_table):
     np.testing.assert_array_equal(both.pair_jobs, [[0, 1]])
     assert tuple(both.pair_throughputs[0, 0]) == (7.0, 2.0)
     assert np.isnan(both.pair_throughputs[0, 1]).all()
+
+
+# -- Gavel's own generator (--generator gavel) -----------------------------------
+# Literal jobs printed by Gavel's own code, not by ours: scheduler/utils.py
+# generate_job (with job.py, job_table.py, job_template.py) and the Scheduler's
+# _initialize_seeds / _sample_arrival_time_delta methods, extracted from the Gavel
+# mirror at HEAD c4fa400, run with simulation_throughputs.json the way
+# Scheduler.simulate() draws them (the first job at 0, then last + delta,
+# lam = 3600 / rate).  Each: (job_type, total_steps, scale_factor, arrival_time).
+GAVEL_SEED0_SINGLE_RATE2 = {
+    0: ("ResNet-18 (batch size 64)", 1646636.2758419, 1, 0.0),
+    1: ("Transformer (batch size 16)", 343170.46864225325, 1, 489.172145820603),
+    2: ("Recommendation (batch size 2048)", 16034.37819420177, 1, 1903.5496550581915),
+    4000: ("Recommendation (batch size 2048)", 59693.041976117274, 1, 7152401.0089853695),
+}
+GAVEL_SEED1_MULTI_RATE1 = {
+    0: ("Recommendation (batch size 512)", 158770.0198661339, 1, 0.0),
+    1: ("LM (batch size 10)", 1254629.3145978907, 1, 969.3015713251997),
+    2: ("LM (batch size 10)", 4825956.341822683, 1, 1361.285892044693),
+    4000: ("LM (batch size 40)", 8780392.34327923, 4, 14309564.725151468),
+}
+GAVEL_SEED0_MULTI_RATE1_FIRST = ("ResNet-18 (batch size 64)", 17484476.26110642, 8, 0.0)
+
+
+def _key(job):
+    return (job.job_type, job.total_steps, job.scale_factor, job.arrival_time)
+
+
+@pytest.mark.parametrize("seed, multi, rate, expected", [
+    (0, False, 2.0, GAVEL_SEED0_SINGLE_RATE2), (1, True, 1.0, GAVEL_SEED1_MULTI_RATE1)])
+def test_gavel_generator_draws_gavels_jobs(sim_table, seed, multi, rate, expected):
+    jobs = generate_trace(sim_table, n_jobs=4001, rate_per_hour=rate, multi_gpu=multi, seed=seed,
+                          generator="gavel")
+    for i, want in expected.items():
+        assert _key(jobs[i]) == want, i          # exact: the same floats, not approximately
+
+
+def test_gavel_generator_stream_structure(sim_table):
+    n = 3000
+    single = generate_trace(sim_table, n_jobs=n, rate_per_hour=2.0, seed=0, generator="gavel")
+    multi = generate_trace(sim_table, n_jobs=n, rate_per_hour=2.0, seed=0, multi_gpu=True,
+                           generator="gavel")
+    slow = generate_trace(sim_table, n_jobs=n, rate_per_hour=1.0, seed=0, generator="gavel")
+    # arrivals have their own generator (seed + 3): job shapes do not move them, the rate scales them
+    assert [j.arrival_time for j in single] == [j.arrival_time for j in multi]
+    assert single[0].arrival_time == 0.0
+    assert np.allclose([2 * j.arrival_time for j in single], [j.arrival_time for j in slow], rtol=1e-12)
+    # and the rate does not change the jobs
+    assert [(j.job_type, j.total_steps) for j in single] == [(j.job_type, j.total_steps) for j in slow]
+    # one job generator (seed + 2) draws the scale factor even for 1-GPU workloads, so the
+    # first job (ResNet-18 can be distributed) has the same type and duration in both
+    assert _key(multi[0]) == GAVEL_SEED0_MULTI_RATE1_FIRST
+    assert multi[0].job_type == single[0].job_type
+    ref = sim_table.solo_by_type["v100"]
+    d_single = single[0].total_steps / ref[(single[0].job_type, 1)]
+    d_multi = multi[0].total_steps / ref[(multi[0].job_type, 8)]
+    assert d_single == pytest.approx(d_multi, rel=1e-12)
+    assert all(j.scale_factor == 1 for j in single)
+    # Gavel's job table: 26 types at one GPU; only the 19 distributed ones get more
+    assert {j.job_type for j in single} == set(sim_table.models(1))
+    big = {j.job_type for j in multi if j.scale_factor > 1}
+    assert big and not any(t.startswith(("Recommendation", "A3C", "CycleGAN")) for t in big)
+    sfs = np.array([j.scale_factor for j in multi])
+    for sf, p in zip((1, 2, 4, 8), (0.7, 0.1, 0.15, 0.05)):
+        assert abs((sfs == sf).mean() - p) < 0.03, sf
+    # a different seed is a different workload; ours is another one again
+    assert _key(generate_trace(sim_table, n_jobs=1, rate_per_hour=2.0, seed=1, generator="gavel")[0]) \
+        != _key(single[0])
+    assert [_key(j) for j in generate_trace(sim_table, n_jobs=5, rate_per_hour=2.0, seed=0)] \
+        != [_key(j) for j in single[:5]]
+
+
+def test_gavel_generator_errors(sim_table, tiny_table):
+    with pytest.raises(InputError) as e:
+        generate_trace(sim_table, n_jobs=3, generator="philly")
+    assert e.value.field == "generator"
+    with pytest.raises(InputError) as e:        # Gavel's job types are not in this table
+        generate_trace(tiny_table, n_jobs=3, generator="gavel")
+    assert e.value.field == "table" and "ResNet-18 (batch size 16)" in e.value.problem
+    static = generate_trace(sim_table, n_jobs=4, generator="gavel")    # no rate: all at 0 (lam = 0)
+    assert [j.arrival_time for j in static] == [0.0] * 4
+
+
+def _cli(capsys, *argv):
+    from slurm_gavel.cli import main
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_simulate_and_sweep_run_gavels_jobs(sim_table, capsys, tmp_path):
+    per_job = tmp_path / "jobs.csv"
+    code, out, err = _cli(capsys, "simulate", "--policy", "max_min_fairness", "--throughputs", SIM_JSON,
+                          "--generator", "gavel", "--rate", 2, "--jobs", 3, "--seed", 0,
+                          "--csv", per_job, "--json")
+    assert code == 0, err
+    import csv
+    rows = {int(r["id"]): r for r in csv.DictReader(per_job.open())}
+    for i in range(3):
+        job_type, steps, sf, arrival = GAVEL_SEED0_SINGLE_RATE2[i]
+        assert (rows[i]["job_type"], float(rows[i]["total_steps"]), int(rows[i]["scale_factor"]),
+                float(rows[i]["arrival"])) == (job_type, steps, sf, arrival)
+    assert json.loads(out)["finished"] == 3
+    # the default stays our generator: other jobs
+    code, out, err = _cli(capsys, "simulate", "--policy", "max_min_fairness", "--throughputs", SIM_JSON,
+                          "--rate", 2, "--jobs", 3, "--csv", per_job)
+    assert code == 0, err
+    assert [r["job_type"] for r in csv.DictReader(per_job.open())] != \
+        [GAVEL_SEED0_SINGLE_RATE2[i][0] for i in range(3)]
+    # a sweep row is the simulate summary of the same Gavel jobs
+    code, out, err = _cli(capsys, "sweep", "--policies", "max_min_fairness", "--rates", 2, "--seeds", 0,
+                          "--throughputs", SIM_JSON, "--generator", "gavel", "--jobs", 3,
+                          "--processes", 1, "--json")
+    assert code == 0, err
+    row = json.loads(out)[0]
+    code, out, err = _cli(capsys, "simulate", "--policy", "max_min_fairness", "--throughputs", SIM_JSON,
+                          "--generator", "gavel", "--rate", 2, "--jobs", 3, "--json")
+    assert row["average_jct_hours"] == json.loads(out)["average_jct_hours"]
+
+
+def test_generator_option_errors(sim_table, capsys, tmp_path):
+    trace = tmp_path / "one.trace"
+    trace.write_text("ResNet-50 (batch size 64)\t\t\t\t0\t100\t1\t1\t-1.000000\t0\n")
+    code, out, err = _cli(capsys, "simulate", "--policy", "fifo", "--throughputs", SIM_JSON,
+                          "--trace", trace, "--generator", "gavel")
+    assert code == 2 and "--generator" in err and "Traceback" not in err
+    code, out, err = _cli(capsys, "simulate", "--policy", "fifo", "--throughputs", SIM_JSON,
+                          "--jobs", 2, "--generator", "philly")
+    assert code == 2 and "--generator" in err and "philly" in err and "Traceback" not in err

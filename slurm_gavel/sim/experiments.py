@@ -41,6 +41,7 @@ class RunConfig:
     rate: float | None = None                # jobs per hour (None: all jobs at time 0)
     jobs: int | None = None                  # how many jobs to generate (None: as many as the window needs)
     multi_gpu: bool = False                  # continuous-multiple scale factors
+    generator: str = "ours"                  # workloads.GENERATORS: ours, or exactly Gavel's jobs
     seed: int = 0
     round_seconds: float = 360.0
     window: tuple[int, int] | None = None
@@ -73,7 +74,7 @@ def workload(config: RunConfig, table: ThroughputTable) -> Iterable[TraceJob]:
         raise InputError("--jobs", "give --jobs, --window or --trace")
     if config.rate is None and config.jobs is None:
         raise InputError("--jobs", "a static workload (no --rate) needs --jobs")
-    stream = iter_trace(table, config.rate, config.multi_gpu, config.seed)
+    stream = iter_trace(table, config.rate, config.multi_gpu, config.seed, generator=config.generator)
     return itertools.islice(stream, config.jobs) if config.jobs is not None else stream
 
 

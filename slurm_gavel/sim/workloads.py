@@ -1,8 +1,11 @@
 """Workloads: job traces and synthetic trace generation.
 
 This module owns the simulated jobs that feed the policies: `TraceJob` with `read_trace` /
-`write_trace` for Gavel's 10-field tab-separated trace format, the synthetic
-trace generator of seed section 2.2 (`generate_trace`), and `policy_input`,
+`write_trace` for Gavel's 10-field tab-separated trace format (`read_trace`
+also reads the older 7-field layout of Gavel's Philly-derived traces), the synthetic
+trace generators (`generate_trace`: ours, after seed section 2.2, and
+`generator="gavel"`, which draws exactly the jobs Gavel's own simulator draws
+for a seed), and `policy_input`,
 which turns a trace at a moment in time into a `PolicyInput` (throughputs
 from a `ThroughputTable`, slurm_gavel.estimator.table).  Plain
 dataclasses and numpy only; nothing here knows about Slurm.
@@ -10,6 +13,7 @@ dataclasses and numpy only; nothing here knows about Slurm.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -34,7 +38,7 @@ class TraceJob:
     working_directory: str
     num_steps_arg: str
     needs_data_dir: bool
-    total_steps: int
+    total_steps: float                # an integer in files; Gavel's generator keeps the exact product
     scale_factor: int
     priority_weight: float = 1.0
     slo: float | None = None          # seconds; None = no SLO (-1 in the file)
@@ -43,6 +47,11 @@ class TraceJob:
 
 TRACE_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
                 "total_steps", "scale_factor", "priority_weight", "slo", "arrival_time")
+# Gavel's older layout (its 2019 Philly-derived traces, scheduler/traces/msr): no working
+# directory, weight or SLO, and the arrival time before the scale factor.  A line with
+# scale factor 0 asked for no GPU; Gavel's parser of that layout skipped it, and so do we.
+OLD_TRACE_FIELDS = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps",
+                    "arrival_time", "scale_factor")
 
 
 def read_trace(path) -> list[TraceJob]:
@@ -64,16 +73,25 @@ def read_trace(path) -> list[TraceJob]:
             line = line[:-1]
         if not line.strip():
             continue
-        jobs.append(_parse_trace_line(line, f"{path}:{number}"))
+        job = _parse_trace_line(line, f"{path}:{number}")
+        if job is not None:
+            jobs.append(job)
     return jobs
 
 
-def _parse_trace_line(line: str, where: str) -> TraceJob:
+def _parse_trace_line(line: str, where: str) -> TraceJob | None:
+    """One line in either layout, told apart by its number of fields (None: a 0-GPU old line)."""
     parts = line.split("\t")
-    if len(parts) != len(TRACE_FIELDS):
+    if len(parts) == len(TRACE_FIELDS):
+        job_type, command, wd, nsa, ndd, steps, sf, weight, slo, arrival = parts
+        old = False
+    elif len(parts) == len(OLD_TRACE_FIELDS):
+        job_type, command, nsa, ndd, steps, arrival, sf = parts
+        wd, weight, slo, old = "", "1", "-1", True
+    else:
         raise InputError(where, f"expected {len(TRACE_FIELDS)} tab-separated fields "
-                                f"({', '.join(TRACE_FIELDS)}), got {len(parts)}")
-    job_type, command, wd, nsa, ndd, steps, sf, weight, slo, arrival = parts
+                                f"({', '.join(TRACE_FIELDS)}) or Gavel's older {len(OLD_TRACE_FIELDS)} "
+                                f"({', '.join(OLD_TRACE_FIELDS)}), got {len(parts)}")
 
     def integer(name, text, minimum):
         try:
@@ -98,7 +116,7 @@ def _parse_trace_line(line: str, where: str) -> TraceJob:
     if ndd not in ("0", "1"):
         raise InputError(where, f"needs_data_dir must be 0 or 1, got {ndd!r}")
     total_steps = integer("total_steps", steps, 0)
-    scale_factor = integer("scale_factor", sf, 1)
+    scale_factor = integer("scale_factor", sf, 0 if old else 1)
     w = real("priority_weight", weight)
     if w <= 0:
         raise InputError(where, f"priority_weight must be > 0, got {weight!r}")
@@ -110,6 +128,8 @@ def _parse_trace_line(line: str, where: str) -> TraceJob:
     t = real("arrival_time", arrival)
     if t < 0:
         raise InputError(where, f"arrival_time must be >= 0, got {arrival!r}")
+    if scale_factor == 0:
+        return None
     return TraceJob(job_type, command, wd, nsa, ndd == "1", total_steps, scale_factor, w, s, t)
 
 
@@ -149,15 +169,19 @@ SCALE_FACTORS = (1, 2, 4, 8)
 SCALE_FACTOR_PROBS = (0.7, 0.1, 0.15, 0.05)
 
 
+GENERATORS = ("ours", "gavel")
+
+
 def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
                    rate_per_hour: float | None = None, duration_hours: float | None = None,
                    multi_gpu: bool = False, seed: int = 0,
-                   reference_type: str = "v100") -> list[TraceJob]:
+                   reference_type: str = "v100", generator: str = "ours") -> list[TraceJob]:
     """Gavel's synthetic workload: uniform job types, heavy-tailed durations, Poisson arrivals.
 
     Stops after `n_jobs` jobs, or (with a rate) at the first arrival at or after
     `duration_hours`, whichever comes first.  Without a rate every job arrives
-    at time 0 (a static trace) and `n_jobs` is required.
+    at time 0 (a static trace) and `n_jobs` is required.  `generator` picks
+    the stream: "ours" (`iter_trace`) or "gavel" (`iter_gavel_trace`).
     """
     if n_jobs is None and (duration_hours is None or rate_per_hour is None):
         raise InputError("n_jobs", "give n_jobs, or rate_per_hour together with duration_hours")
@@ -167,7 +191,7 @@ def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
     jobs: list[TraceJob] = []
     if n_jobs == 0:
         return jobs
-    for job in iter_trace(table, rate_per_hour, multi_gpu, seed, reference_type):
+    for job in iter_trace(table, rate_per_hour, multi_gpu, seed, reference_type, generator):
         if limit is not None and rate_per_hour is not None and job.arrival_time >= limit:
             break
         jobs.append(job)
@@ -178,13 +202,17 @@ def generate_trace(table: ThroughputTable, n_jobs: int | None = None,
 
 def iter_trace(table: ThroughputTable, rate_per_hour: float | None = None,
                multi_gpu: bool = False, seed: int = 0,
-               reference_type: str = "v100") -> Iterator[TraceJob]:
+               reference_type: str = "v100", generator: str = "ours") -> Iterator[TraceJob]:
     """The endless stream behind `generate_trace` (a simulation takes what it needs)."""
+    if generator not in GENERATORS:
+        raise InputError("generator", f"must be one of {', '.join(GENERATORS)}, got {generator!r}")
     if rate_per_hour is not None and not rate_per_hour > 0:
         raise InputError("rate_per_hour", f"must be > 0, got {rate_per_hour}")
     if reference_type not in table.worker_types:
         raise InputError("reference_type", f"{reference_type!r} is not in the table "
                                            f"(types: {', '.join(table.worker_types)})")
+    if generator == "gavel":
+        return iter_gavel_trace(table, rate_per_hour, multi_gpu, seed, reference_type)
     ref = table.solo_by_type[reference_type]
     models = [m for m in table.models(1) if ref.get((m, 1), 0) > 0]
     if not models:
@@ -223,6 +251,91 @@ def _trace_stream(ref, models, available, rate_per_hour, multi_gpu, seed):
         yield TraceJob(job_type=model, command="", working_directory="", num_steps_arg="",
                        needs_data_dir=False, total_steps=steps, scale_factor=sf,
                        priority_weight=1.0, slo=None, arrival_time=t)
+
+
+# ---------------------------------------------------------------------------
+# Gavel's own generator (--generator gavel)
+# ---------------------------------------------------------------------------
+# Gavel's job table, in its order (scheduler/job_table.py): the order matters,
+# since a job type is drawn as an index into it.  True: the type can run on
+# several GPUs ("distributed"), so only these get scale factors above 1.
+def _batch_sizes(name: str, sizes: Sequence[int], distributed: bool):
+    return [(f"{name} (batch size {b})", distributed) for b in sizes]
+
+
+GAVEL_JOB_TYPES: tuple[tuple[str, bool], ...] = tuple(
+    _batch_sizes("ResNet-18", (16, 32, 64, 128, 256), True)
+    + _batch_sizes("ResNet-50", (16, 32, 64, 128), True)
+    + _batch_sizes("Transformer", (16, 32, 64, 128, 256), True)
+    + _batch_sizes("LM", (5, 10, 20, 40, 80), True)
+    + _batch_sizes("Recommendation", (512, 1024, 2048, 4096, 8192), False)
+    + [("A3C", False), ("CycleGAN", False)])
+
+
+def iter_gavel_trace(table: ThroughputTable, rate_per_hour: float | None = None,
+                     multi_gpu: bool = False, seed: int = 0,
+                     reference_type: str = "v100") -> Iterator[TraceJob]:
+    """Exactly the jobs (type, steps, scale factor, arrival) Gavel's simulator draws for `seed`.
+
+    The facts, from Gavel's scheduler/scheduler.py and scheduler/utils.py:
+    the scheduler seeds a `random.Random` with seed + 2 for jobs and another
+    with seed + 3 for arrivals.  Per job, from the job generator, in this
+    order: a scale factor from one uniform draw (always drawn, even for a
+    1-GPU workload, which then sets it to 1); a duration (one draw: >= 0.8 ->
+    60 * 10**U(3, 4) s, else 60 * 10**U(1.5, 3) s); a job type, drawn as an
+    index into its job table until the type is distributed or the scale
+    factor is 1.  Steps = duration * the reference type's throughput (not
+    rounded).  The first job arrives at 0, each next one
+    -ln(1 - u) / (1 / lam) seconds after the previous, lam = 3600 / rate.
+    Without a rate every job arrives at 0 (Gavel's lam = 0).
+    """
+    ref = table.solo_by_type[reference_type]
+    needed = [(m, 1) for m, _ in GAVEL_JOB_TYPES]
+    if multi_gpu:
+        needed += [(m, sf) for m, distributed in GAVEL_JOB_TYPES if distributed for sf in (2, 4, 8)]
+    missing = [k for k in needed if not ref.get(k, 0) > 0]
+    if missing:
+        model, sf = missing[0]
+        raise InputError("table", f"Gavel's generator needs every job type of its table on "
+                                  f"{reference_type}; {model!r} at scale factor {sf} has no throughput "
+                                  f"({len(missing)} missing)")
+    return _gavel_stream(ref, rate_per_hour, multi_gpu, seed)
+
+
+def _gavel_scale_factor(r: float) -> int:
+    # Gavel's thresholds, boundaries included as it tests them (0.8 -> 2, 0.95 -> 4)
+    if 0.7 <= r <= 0.8:
+        return 2
+    if 0.8 <= r <= 0.95:
+        return 4
+    if r >= 0.95:
+        return 8
+    return 1
+
+
+def _gavel_stream(ref, rate_per_hour, multi_gpu, seed):
+    jobs_rng = random.Random(seed + 2)
+    arrivals_rng = random.Random(seed + 3)
+    # the same float operations as Gavel's, so that arrival times agree to the bit
+    rate_parameter = None if rate_per_hour is None else 1.0 / (3600.0 / rate_per_hour)
+    arrival = 0.0
+    while True:
+        sf = _gavel_scale_factor(jobs_rng.uniform(0, 1))
+        if jobs_rng.random() >= 0.8:
+            seconds = 60 * (10 ** jobs_rng.uniform(3, 4))
+        else:
+            seconds = 60 * (10 ** jobs_rng.uniform(1.5, 3))
+        if not multi_gpu:
+            sf = 1
+        while True:
+            model, distributed = jobs_rng.choice(GAVEL_JOB_TYPES)
+            if sf == 1 or distributed:
+                break
+        yield TraceJob(job_type=model, command="", working_directory="", num_steps_arg="",
+                       needs_data_dir=False, total_steps=seconds * ref[(model, sf)],
+                       scale_factor=sf, priority_weight=1.0, slo=None, arrival_time=arrival)
+        if rate_per_hour is not None:
+            arrival = -math.log(1.0 - arrivals_rng.random()) / rate_parameter + arrival
 
 
 # ---------------------------------------------------------------------------
