@@ -125,6 +125,10 @@ def _workload_options(p):
     p.add_argument("--move-hysteresis", type=float, default=DEFAULT_MOVE_HYSTERESIS, metavar="ROUNDS",
                    help="a running job moves to another GPU type of its own accord only when it is "
                         "this many rounds more behind its share there (default: %(default)s)")
+    p.add_argument("--no-carry-owed", action="store_false", dest="carry_owed",
+                   help="forget at each ledger reset what jobs were still owed (default: carry it "
+                        "over, bounded, so that jobs the hysteresis keeps in place still get X's "
+                        "split in the long run)")
     p.add_argument("--no-work-conserving", action="store_false", dest="work_conserving",
                    help="leave GPUs idle rather than give them to jobs with no share on their type")
     p.add_argument("--solver-delay", type=float, default=0.0, metavar="S",
@@ -370,6 +374,7 @@ def _run_config(args, **overrides):
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
+                  carry_owed=args.carry_owed,
                   solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
                   reset_seconds=args.reset_seconds)

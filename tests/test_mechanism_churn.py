@@ -204,3 +204,21 @@ def test_move_hysteresis_stops_running_jobs_swapping_types_but_not_waiting_jobs(
     plan = plan_round(2, alloc3, ledger, servers(), {"a": 1, "b": 1, "c": 1}, [on_v100, on_k80],
                       churn=Churn(move_hysteresis=1000, seed_seconds=180))
     assert "c" in plan.running_jobs and plan.preempt
+
+
+def test_what_a_row_was_owed_is_carried_over_a_reset_within_bounds():
+    from slurm_gavel.core.mechanism import Assignment
+    alloc = Allocation(("a", "b"), ("v100",), np.array([[0.5], [0.5]]), "x")
+    srv = [Server("n", "v100", 1)]
+    ledger = Ledger(("v100",))
+    ledger.record([Assignment(("a",), "v100", (("n", 1),))], 720)
+    # a reset forgets that a got 720 s and b nothing: plain order, a first
+    ledger.reset()
+    assert ledger.owed([("a",), ("b",)]) is None
+    assert plan_round(0, alloc, ledger, srv, {"a": 1, "b": 1}).running_jobs == {"a"}
+    # carried over: b was owed 360 s, a had 360 s too many
+    ledger.reset([(("a",), [-360.0]), (("b",), [360.0])], cap=300)
+    assert ledger.owed([("a",), ("b",)]).tolist() == [[-300.0], [300.0]]      # bounded
+    assert plan_round(0, alloc, ledger, srv, {"a": 1, "b": 1}).running_jobs == {"b"}
+    ledger.forget("b")
+    assert ledger.owed([("b",)]).tolist() == [[0.0]]

@@ -44,7 +44,7 @@ def partitions(cluster, jobs) -> dict[str, str]:
 
 def test_a_waiting_job_with_no_share_fills_an_idle_gpu_type_and_yields_it(clean, tmp_path, capsys):  # noqa: F811
     cluster = clean
-    config = write_config(tmp_path, cluster, hysteresis_rounds=0.0, move_hysteresis_rounds=0.0)
+    config = write_config(tmp_path, cluster)        # no hysteresis: the jobs swap every round
     jobs = [submit(cluster, tmp_path, "language-model", 4, 600) for _ in range(3)]
     made = threading.Event()
     holder = {}

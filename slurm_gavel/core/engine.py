@@ -73,8 +73,8 @@ DEFAULT_RESTART_SECONDS = 0.0
 # per job 43.7 / 37.9 / 93.1 -> 3.9 / 3.0 / 17.8 (1-GPU 2/h, multi-GPU 1/h, 2/h),
 # average JCT 16.65 / 18.50 / 33.37 h -> 16.13 / 17.03 / 25.84 h, at the cost
 # of an allocation gap of 0.29 / 0.40 / 0.41 (was 0.10 / 0.26 / 0.20).
-DEFAULT_HYSTERESIS = 3.0
-DEFAULT_MOVE_HYSTERESIS = 10.0
+DEFAULT_HYSTERESIS = 10.0
+DEFAULT_MOVE_HYSTERESIS = 30.0
 # Time every entry counts as received after a reset, in rounds: Gavel seeds
 # each job with half a round, so that a reset does not make every priority
 # infinite at once.
@@ -153,7 +153,7 @@ class Engine:
                  weight_limits: WeightLimits | None = None, work_conserving: bool = True,
                  hysteresis: float = DEFAULT_HYSTERESIS,
                  restart_seconds: float = DEFAULT_RESTART_SECONDS,
-                 move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS):
+                 move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         # how much the mechanism prefers a renewed lease to a move (raises ValueError when negative)
@@ -162,6 +162,7 @@ class Engine:
                            seed_seconds=SEED_ROUNDS * float(round_seconds),
                            move_hysteresis=float(move_hysteresis) * float(round_seconds))
         self.work_conserving = work_conserving
+        self.carry_owed = carry_owed        # what rows were owed survives a reset (Ledger.owed)
         self._usable: tuple[Allocation | None, np.ndarray | None] = (None, None)
         self.clock, self.backend, self.allocator = clock, backend, allocator
         self.throughputs = throughputs
@@ -253,11 +254,12 @@ class Engine:
             solved = self._restored         # a restarted daemon: the allocation it had, until a solve
         if jobs_changed or solved is not self._solved or self.allocation is None:
             self._solved = solved
+            before = self.allocation
             self.allocation = (compose(solved, self.input) if self.input is not None
                                else Allocation((), self.worker_types, np.zeros((0, len(self.worker_types))),
                                                policy=INTERIM))
             if now - self._last_reset >= self.min_reset_seconds:
-                self.ledger.reset()
+                self.ledger.reset(*self._owed(before, now))
                 self._last_reset = now
             self._record(self.store.allocation, self.round, now, self.allocation, solved is not None)
             self.record_pending()
@@ -284,6 +286,22 @@ class Engine:
         self._round_end = round_end
         self._save_state()
         return plan
+
+    def _owed(self, allocation: Allocation | None, now: float) -> tuple[list, float]:
+        """What each row of the allocation in force until now was still owed since the last
+        reset (X times the interval, minus what it received), and the bound on it.
+
+        Carried over the reset (Gavel's deficits), so that the hysteresis that
+        keeps jobs where they are costs fidelity only for a while: a job kept on
+        one type is owed ever more of the others until it moves.
+        """
+        cap = 2.0 * (self.churn.hysteresis + self.churn.move_hysteresis) + self.round_seconds
+        if (not self.carry_owed or allocation is None or not allocation.job_ids
+                or not np.isfinite(self._last_reset)):
+            return [], cap
+        rows = allocation.rows
+        owed = allocation.x_rows * (now - self._last_reset) - self.ledger.since_reset(rows)
+        return list(zip(rows, owed.tolist())), cap
 
     def _usable_for(self, allocation: Allocation) -> np.ndarray | None:
         """(n, k) where each job of `allocation` can run: its throughput there over its best, 0 if not.

@@ -173,8 +173,11 @@ class Ledger:
 
     `since_reset` drives priorities and restarts at every reset event (a new
     allocation), so that it measures how well the current X is being met;
-    `total` keeps each job's time per type for good (a pair's time counts for
-    both of its jobs).
+    `owed` carries over resets what each row was still owed (X times the
+    interval, minus what it received; Gavel's deficits), bounded, so that a
+    job kept on one type by the hysteresis is moved to the others in the long
+    run; `total` keeps each job's time per type for good (a pair's time
+    counts for both of its jobs).
     """
 
     def __init__(self, worker_types: Sequence[str]):
@@ -182,6 +185,7 @@ class Ledger:
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
         self._since_reset: dict[Row, list[float]] = {}    # lists: cheaper to add to than arrays
         self._total: dict[str, list[float]] = {}
+        self._owed: dict[Row, list[float]] = {}
 
     def record(self, assignments: Iterable[Assignment], seconds: float):
         """Credit `seconds` of a round to every row that ran in it."""
@@ -203,14 +207,35 @@ class Ledger:
                     acc = total[job] = [0.0] * k
                 acc[j] += seconds
 
-    def reset(self):
+    def reset(self, owed: Iterable[tuple[Row, Sequence[float]]] = (), cap: float = math.inf):
+        """Restart the since-reset time; add `owed` (seconds per type, negative: received more
+        than owed) to what each row is owed, each entry kept within +-`cap`."""
         self._since_reset.clear()
+        k = len(self.worker_types)
+        for row, seconds in owed:
+            acc = self._owed.get(row)
+            if acc is None:
+                acc = self._owed[row] = [0.0] * k
+            for j, s in enumerate(seconds):
+                acc[j] = min(cap, max(-cap, acc[j] + float(s)))
 
     def forget(self, job: str):
         """Drop a job that left the system (completed, cancelled)."""
         self._total.pop(job, None)
         for row in [r for r in self._since_reset if job in r]:
             del self._since_reset[row]
+        for row in [r for r in self._owed if job in r]:
+            del self._owed[row]
+
+    def owed(self, rows: Sequence[Row]) -> np.ndarray | None:
+        """(R, k) seconds each row was owed at the last reset (None: nothing is owed to anyone)."""
+        if not self._owed:
+            return None
+        k = len(self.worker_types)
+        zero = [0.0] * k
+        get = self._owed.get
+        flat = itertools.chain.from_iterable(get(row, zero) for row in rows)
+        return np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
 
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
@@ -479,6 +504,9 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         before[a.jobs] = a
         current[a.jobs] = column.get(a.worker_type)
     received = ledger.since_reset(rows)
+    owed = ledger.owed(rows)
+    if owed is not None:
+        received -= owed          # what a row was owed before the reset counts as not received
     if churn is not PLAIN:
         index = {row: r for r, row in enumerate(rows)}
         staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]

@@ -54,6 +54,7 @@ class RunConfig:
     hysteresis: float = DEFAULT_HYSTERESIS    # mechanism: how clearly behind a job must be to take a GPU
     work_conserving: bool = True              # mechanism: idle GPUs go to jobs without a share there
     move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS   # mechanism: how far behind a running job must be to move
+    carry_owed: bool = True                   # mechanism: what jobs were owed survives a ledger reset
 
     @property
     def label(self) -> str:
@@ -96,7 +97,7 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    prices=dict(config.prices), max_rounds=config.max_rounds,
                    reset_seconds=config.reset_seconds, progress=progress,
                    hysteresis=config.hysteresis, work_conserving=config.work_conserving,
-                   move_hysteresis=config.move_hysteresis)
+                   move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed)
     return sim, table
 
 

@@ -342,7 +342,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              throughputs=None, progress: Callable[[int, float, int, int], None] | None = None,
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
              checkpoint_seconds: float | None = None,
-             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS) -> Simulation:
+             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -369,7 +369,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
         engine = Engine(clock, backend, allocator, source, store, round_seconds,
                         prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds,
                         work_conserving=work_conserving, hysteresis=hysteresis,
-                        restart_seconds=restart_seconds, move_hysteresis=move_hysteresis)
+                        restart_seconds=restart_seconds, move_hysteresis=move_hysteresis,
+                        carry_owed=carry_owed)
     except ValueError as e:
         raise InputError("--hysteresis", str(e)) from None
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
