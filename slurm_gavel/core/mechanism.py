@@ -147,20 +147,20 @@ class Churn:
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
 
     def received(self, received: np.ndarray, staying: Sequence[tuple[int, int]]) -> np.ndarray:
-        """The time each entry competes with: seeded, minus the lease credit of the (row, type)
-        entries in `staying`, plus the restart cost for every other entry, plus
-        `move_hysteresis` for the other types of a running row (a move of its own)."""
+        """The time each entry competes with (`received` is changed in place and returned):
+        seeded, minus the lease credit of the (row, type) entries in `staying`, plus the
+        restart cost for every other entry, plus `move_hysteresis` for the other types of
+        a running row (a move of its own)."""
         shift = self.seed_seconds + self.restart_seconds
         if shift:
-            received = received + shift
+            received += shift
         credit = self.hysteresis + self.restart_seconds
         if (credit or self.move_hysteresis) and staying:
-            r, t = np.array(staying, dtype=np.int64).T
+            r = [rt[0] for rt in staying]
+            t = [rt[1] for rt in staying]
             if self.move_hysteresis:
-                if not shift:
-                    received = received.copy()
                 received[r] += self.move_hysteresis
-                received[r, t] -= self.move_hysteresis
+                credit += self.move_hysteresis
             received[r, t] -= credit          # <= 0: an infinite priority while the lease lasts
         return received
 
@@ -186,6 +186,8 @@ class Ledger:
         self._since_reset: dict[Row, list[float]] = {}    # lists: cheaper to add to than arrays
         self._total: dict[str, list[float]] = {}
         self._owed: dict[Row, list[float]] = {}
+        self._owed_seen: tuple = (None, -1, None)     # (rows, version, array): owed changes at resets
+        self._owed_version = 0
 
     def record(self, assignments: Iterable[Assignment], seconds: float):
         """Credit `seconds` of a round to every row that ran in it."""
@@ -211,6 +213,7 @@ class Ledger:
         """Restart the since-reset time; add `owed` (seconds per type, negative: received more
         than owed) to what each row is owed, each entry kept within +-`cap`."""
         self._since_reset.clear()
+        self._owed_version += 1
         k = len(self.worker_types)
         for row, seconds in owed:
             acc = self._owed.get(row)
@@ -224,18 +227,27 @@ class Ledger:
         self._total.pop(job, None)
         for row in [r for r in self._since_reset if job in r]:
             del self._since_reset[row]
-        for row in [r for r in self._owed if job in r]:
+        gone = [r for r in self._owed if job in r]
+        for row in gone:
             del self._owed[row]
+        if gone:
+            self._owed_version += 1
 
     def owed(self, rows: Sequence[Row]) -> np.ndarray | None:
         """(R, k) seconds each row was owed at the last reset (None: nothing is owed to anyone)."""
         if not self._owed:
             return None
+        seen_rows, version, array = self._owed_seen
+        if seen_rows is rows and version == self._owed_version:
+            return array             # kept while neither the rows nor what is owed changed
         k = len(self.worker_types)
         zero = [0.0] * k
         get = self._owed.get
         flat = itertools.chain.from_iterable(get(row, zero) for row in rows)
-        return np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
+        array = np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
+        array.flags.writeable = False
+        self._owed_seen = (rows, self._owed_version, array)
+        return array
 
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
@@ -283,18 +295,20 @@ def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
 
 def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, free: np.ndarray,
            current: Mapping[Row, int] | None = None,
-           usable: np.ndarray | None = None) -> list[tuple[int, int]]:
+           usable: np.ndarray | None = None, fills: list | None = None,
+           running_on: np.ndarray | None = None) -> list[tuple[int, int]]:
     """Algorithm 1: (row, type) picks, highest priority first, no job twice, no type over `free`.
 
     Ties go to a row that already runs on that type (no needless
     preemption), then to input order.  With `usable`
     ((n, k), one row per single-job row of `rows`; > 0 where the job can run),
     GPUs left over then go to jobs not picked yet on types where their
-    priority is 0 (`fill`).
+    priority is 0 (`fill`; those picks are also appended to `fills`).
     """
-    current = current or {}
     r_idx, t_idx = np.nonzero(prio > 0)
-    running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
+    if running_on is None:        # (R,) the type each row runs on now, -1: none (from `current`)
+        current = current or {}
+        running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
     staying = running_on[r_idx] == t_idx
     values = prio[r_idx, t_idx]
     # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
@@ -306,7 +320,10 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
     _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
     if usable is not None and len(busy) < everyone and sum(left) >= min(sfs, default=1):
+        first = len(chosen)
         fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone)
+        if fills is not None:
+            fills.extend(chosen[first:])
     return chosen
 
 
@@ -342,7 +359,8 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
     room = np.array(left) > 0
     candidates = (usable > 0) & (prio[:n] == 0) & room[None, :]
     if busy:
-        taken = [r for r in range(n) if rows[r][0] in busy]
+        index = _row_index(rows)
+        taken = [index[(job,)] for job in busy if (job,) in index]
         candidates[taken] = False
     r_idx, t_idx = np.nonzero(candidates)
     if not len(r_idx):
@@ -351,6 +369,20 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
     staying = running_on[r_idx] == t_idx
     order = np.lexsort((-usable[r_idx, t_idx], -behind, ~staying))
     _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
+
+
+_last_rows: tuple = ((), {})
+
+
+def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
+    """{row: its index}, kept for the last rows (the allocation's, the same object for many rounds)."""
+    global _last_rows
+    last, index = _last_rows
+    if last is not rows:
+        index = {row: r for r, row in enumerate(rows)}
+        if isinstance(rows, tuple):
+            _last_rows = (rows, index)
+    return index
 
 
 @dataclass(frozen=True)
@@ -503,13 +535,16 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     for a in previous:
         before[a.jobs] = a
         current[a.jobs] = column.get(a.worker_type)
+    index = _row_index(rows)
+    staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
+    running_on = np.full(len(rows), -1, dtype=np.int64)
+    if staying:
+        running_on[[rt[0] for rt in staying]] = [rt[1] for rt in staying]
     received = ledger.since_reset(rows)
     owed = ledger.owed(rows)
     if owed is not None:
         received -= owed          # what a row was owed before the reset counts as not received
     if churn is not PLAIN:
-        index = {row: r for r, row in enumerate(rows)}
-        staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
         received = churn.received(received, staying)
     prio = priorities(x, received)
     placements = {job: p for job, p in (placements or {}).items() if p.restricts}
@@ -534,14 +569,15 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     gpus = _layout(servers).gpus
     free = [gpus.get(wt, 0) for wt in worker_types]
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
-    chosen = select(rows, prio, sizes_array, free_array, current, usable)
+    fills: list[tuple[int, int]] = []
+    chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
     picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
     if not placements:
         assignments = place(picks, servers, before)
     else:
         # A pick whose servers cannot hold it is dropped and the round picked again
         # without that entry: its GPUs go to the next rows in priority order.
-        index = {row: r for r, row in enumerate(rows)}
+        index = _row_index(rows)
         while True:     # ends: each failure zeroes an entry of positive priority or usable
             assignments, failed = _place(picks, servers, before, placements)
             if not failed:
@@ -552,9 +588,10 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
                     prio[r, t] = 0.0
                 elif usable is not None:
                     usable[r, t] = 0.0
-            chosen = select(rows, prio, sizes_array, free_array, current, usable)
+            fills = []
+            chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
             picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
-    filling = frozenset(rows[r][0] for r, t in chosen if x[r, t] <= 0)
+    filling = frozenset(rows[r][0] for r, _ in fills) if fills else frozenset()
     kept, started, still = [], [], set()
     for a in assignments:
         b = before.get(a.jobs)
