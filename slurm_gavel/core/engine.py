@@ -358,7 +358,7 @@ class Engine:
         since, total = self.ledger.snapshot()
         return EngineState(self.round, self.worker_types, self._last_reset, self._last_submit,
                            self._job_ids, self._servers, since, total, self.allocation,
-                           dict(self.unschedulable))
+                           dict(self.unschedulable), self.ledger.owed_snapshot())
 
     def resume(self, state: EngineState) -> None:
         """Take over the state of an earlier run (before the first round).
@@ -373,7 +373,7 @@ class Engine:
                         ",".join(state.worker_types), ",".join(self.worker_types))
             return
         self.round = max(self.round, state.round)
-        self.ledger.restore(state.since_reset, state.total)
+        self.ledger.restore(state.since_reset, state.total, state.owed)
         self._last_reset, self._last_submit = state.last_reset, state.last_submit
         self._job_ids, self._servers = state.job_ids, state.servers
         self.unschedulable = dict(state.unschedulable)

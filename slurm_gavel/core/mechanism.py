@@ -266,15 +266,23 @@ class Ledger:
         return ({row: tuple(s) for row, s in self._since_reset.items()},
                 {job: tuple(s) for job, s in self._total.items()})
 
+    def owed_snapshot(self) -> dict[Row, tuple[float, ...]]:
+        """What each row is owed from before the last reset, seconds per worker type."""
+        return {row: tuple(s) for row, s in self._owed.items()}
+
     def restore(self, since_reset: Mapping[Row, Sequence[float]],
-                total: Mapping[str, Sequence[float]]) -> None:
+                total: Mapping[str, Sequence[float]],
+                owed: Mapping[Row, Sequence[float]] | None = None) -> None:
         """Take over a snapshot (a restarted daemon picks up where its last run stopped)."""
         k = len(self.worker_types)
-        for seconds in [*since_reset.values(), *total.values()]:
+        owed = owed or {}
+        for seconds in [*since_reset.values(), *total.values(), *owed.values()]:
             if len(seconds) != k:
                 raise ValueError(f"ledger snapshot has {len(seconds)} worker types, not {k}")
         self._since_reset = {tuple(row): [float(s) for s in v] for row, v in since_reset.items()}
         self._total = {job: [float(s) for s in v] for job, v in total.items()}
+        self._owed = {tuple(row): [float(s) for s in v] for row, v in owed.items()}
+        self._owed_version += 1
 
 
 def allocation_rows(allocation: Allocation) -> tuple[list[Row], np.ndarray]:
