@@ -117,8 +117,24 @@ def _workload_options(p):
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
                    help="measure jobs FIRST <= id < END (the steady state) and stop when they are done")
-    p.add_argument("--checkpoint-seconds", type=float, default=0.0, metavar="S",
-                   help="time a job loses each time it is (re)started (default: 0)")
+    from .core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
+    p.add_argument("--restart-seconds", "--checkpoint-seconds", type=float, dest="restart_seconds",
+                   default=DEFAULT_RESTART_SECONDS, metavar="S",
+                   help="time a job loses each time it is started or resumed (requeue, launch, "
+                        "checkpoint load); the mechanism weighs it against the gain of a move "
+                        "(default: %(default)s)")
+    p.add_argument("--hysteresis", type=float, default=DEFAULT_HYSTERESIS, metavar="ROUNDS",
+                   help="a running job competes for its GPUs as if it had received this many rounds "
+                        "less: a job replaces it only when clearly more behind (default: %(default)s)")
+    p.add_argument("--move-hysteresis", type=float, default=DEFAULT_MOVE_HYSTERESIS, metavar="ROUNDS",
+                   help="a running job moves to another GPU type of its own accord only when it is "
+                        "this many rounds more behind its share there (default: %(default)s)")
+    p.add_argument("--no-carry-owed", action="store_false", dest="carry_owed",
+                   help="forget at each ledger reset what jobs were still owed (default: carry it "
+                        "over, bounded, so that jobs the hysteresis keeps in place still get X's "
+                        "split in the long run)")
+    p.add_argument("--no-work-conserving", action="store_false", dest="work_conserving",
+                   help="leave GPUs idle rather than give them to jobs with no share on their type")
     p.add_argument("--solver-delay", type=float, default=0.0, metavar="S",
                    help="simulated seconds each policy solve takes; rounds go on meanwhile")
     p.add_argument("--prices", metavar="TYPE=$/h,...", help="GPU prices, for the cost line")
@@ -345,7 +361,9 @@ def _run_config(args, **overrides):
     from .sim.simulator import parse_cluster
 
     _positive(args.round_seconds, "--round")
-    _positive(args.checkpoint_seconds, "--checkpoint-seconds", allow_zero=True)
+    _positive(args.restart_seconds, "--restart-seconds", allow_zero=True)
+    _positive(args.hysteresis, "--hysteresis", allow_zero=True)
+    _positive(args.move_hysteresis, "--move-hysteresis", allow_zero=True)
     _positive(args.solver_delay, "--solver-delay", allow_zero=True)
     _positive(args.gpus_per_node, "--gpus-per-node")
     _positive(args.reset_seconds, "--reset-interval", allow_zero=True)
@@ -358,7 +376,10 @@ def _run_config(args, **overrides):
                   jobs=args.jobs, multi_gpu=args.multi_gpu, generator=args.generator or "ours",
                   round_seconds=args.round_seconds,
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
-                  checkpoint_seconds=args.checkpoint_seconds, solver_delay=args.solver_delay,
+                  restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
+                  work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
+                  carry_owed=args.carry_owed,
+                  solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
                   reset_seconds=args.reset_seconds)
     fields.update(overrides)

@@ -63,7 +63,10 @@ def write_config(tmp: Path, cluster, **extra) -> Path:
     settings = {"slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
                 "progress_dir": str(tmp / "progress"),
                 "round_seconds": 15, "tick_seconds": TICK, "grace_seconds": 10,
-                "throughputs": str(TOY_TABLE)}
+                "throughputs": str(TOY_TABLE),
+                # the plain mechanism (no lease hysteresis): these tests watch jobs being
+                # preempted and moved within a few 15-second rounds
+                "hysteresis_rounds": 0.0, "move_hysteresis_rounds": 0.0}
     settings.update(extra)
     lines = []
     for key, value in settings.items():

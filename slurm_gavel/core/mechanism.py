@@ -11,9 +11,21 @@ that are free for it.  Each round it
    scale factor does not fit what is left of its type is skipped, and once a
    row is picked every other row that shares a job with it is out, so no job
    runs twice in a round;
-3. places the picked rows on servers: a row that stays on its type keeps its
+3. fills what is left (work conserving): GPUs no positive-priority row took
+   go to jobs that can run there but have no share on that type, most behind
+   first (highest priority on their other entries), then where they run
+   fastest relative to their best type; a job with a share takes such a GPU
+   back in the next round simply by coming first (`usable`, `RoundPlan.filling`);
+4. places the picked rows on servers: a row that stays on its type keeps its
    servers (its lease is renewed, it is not stopped at all); the others go
    largest scale factor first onto as few servers as possible.
+
+Low churn (`Churn`, in seconds of time received): every entry is seeded with
+some time (Gavel seeds half a round), so that a reset does not put every entry
+at infinite priority at once; a row that runs now competes as if it had
+received `hysteresis` seconds less, so another row takes its GPUs only when it
+is clearly more behind its share, and every move is charged the time its
+restart loses (`restart_seconds`).
 
 A job may come with a `Placement` (what its backend knows of where it can
 run: allowed worker types, allowed servers, all GPUs on one server).  Its
@@ -27,6 +39,7 @@ mechanism knows nothing of them.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
@@ -98,10 +111,65 @@ class RoundPlan:
     keep: tuple[Assignment, ...]       # same jobs, type and servers as last round: lease renewed
     start: tuple[Assignment, ...]      # new, resumed or moved
     preempt: tuple[str, ...]           # jobs that ran last round and must stop now
+    filling: frozenset[str] = frozenset()   # jobs on a type where they have no share (idle GPUs)
 
     @property
     def running_jobs(self) -> set[str]:
         return {job for a in self.assignments for job in a.jobs}
+
+
+@dataclass(frozen=True)
+class Churn:
+    """How strongly the mechanism prefers renewing a lease to moving a job (seconds).
+
+    `hysteresis`: a running row competes for its GPUs as if it had received
+    this much less time on them, so another row takes them only when it is
+    more behind its share by about that much (a bounded lease: once the
+    running row is that far ahead, plain priorities decide again).
+    `restart_seconds`: what a start or resume costs the job (requeue, launch,
+    checkpoint load); a row that would start competes as if it had already
+    received that time, so a move must gain more than it loses.
+    `seed_seconds`: time every entry counts as received (Gavel seeds half a
+    round), so that after a reset priorities are X / seed, finite and in the
+    order of X, instead of all infinite at once.  `move_hysteresis`: a running
+    row's other types compete as if it had received that much more there, so
+    that it moves to another type of its own accord only when it is that far
+    behind there (two running jobs no longer swap types to even out their
+    time fractions; a waiting job still preempts after `hysteresis`).  The
+    defaults are the plain mechanism of the paper.
+    """
+
+    hysteresis: float = 0.0
+    restart_seconds: float = 0.0
+    seed_seconds: float = 0.0
+    move_hysteresis: float = 0.0
+
+    def __post_init__(self):
+        for name in ("hysteresis", "restart_seconds", "seed_seconds", "move_hysteresis"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+
+    def received(self, received: np.ndarray, staying: Sequence[tuple[int, int]]) -> np.ndarray:
+        """The time each entry competes with (`received` is changed in place and returned):
+        seeded, minus the lease credit of the (row, type) entries in `staying`, plus the
+        restart cost for every other entry, plus `move_hysteresis` for the other types of
+        a running row (a move of its own)."""
+        shift = self.seed_seconds + self.restart_seconds
+        if shift:
+            received += shift
+        credit = self.hysteresis + self.restart_seconds
+        if (credit or self.move_hysteresis) and staying:
+            r = [rt[0] for rt in staying]
+            t = [rt[1] for rt in staying]
+            if self.move_hysteresis:
+                received[r] += self.move_hysteresis
+                credit += self.move_hysteresis
+            received[r, t] -= credit          # <= 0: an infinite priority while the lease lasts
+        return received
+
+
+PLAIN = Churn()
 
 
 class Ledger:
@@ -109,8 +177,11 @@ class Ledger:
 
     `since_reset` drives priorities and restarts at every reset event (a new
     allocation), so that it measures how well the current X is being met;
-    `total` keeps each job's time per type for good (a pair's time counts for
-    both of its jobs).
+    `owed` carries over resets what each row was still owed (X times the
+    interval, minus what it received; Gavel's deficits), bounded, so that a
+    job kept on one type by the hysteresis is moved to the others in the long
+    run; `total` keeps each job's time per type for good (a pair's time
+    counts for both of its jobs).
     """
 
     def __init__(self, worker_types: Sequence[str]):
@@ -118,6 +189,9 @@ class Ledger:
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
         self._since_reset: dict[Row, list[float]] = {}    # lists: cheaper to add to than arrays
         self._total: dict[str, list[float]] = {}
+        self._owed: dict[Row, list[float]] = {}
+        self._owed_seen: tuple = (None, -1, None)     # (rows, version, array): owed changes at resets
+        self._owed_version = 0
 
     def record(self, assignments: Iterable[Assignment], seconds: float):
         """Credit `seconds` of a round to every row that ran in it."""
@@ -139,14 +213,45 @@ class Ledger:
                     acc = total[job] = [0.0] * k
                 acc[j] += seconds
 
-    def reset(self):
+    def reset(self, owed: Iterable[tuple[Row, Sequence[float]]] = (), cap: float = math.inf):
+        """Restart the since-reset time; add `owed` (seconds per type, negative: received more
+        than owed) to what each row is owed, each entry kept within +-`cap`."""
         self._since_reset.clear()
+        self._owed_version += 1
+        k = len(self.worker_types)
+        for row, seconds in owed:
+            acc = self._owed.get(row)
+            if acc is None:
+                acc = self._owed[row] = [0.0] * k
+            for j, s in enumerate(seconds):
+                acc[j] = min(cap, max(-cap, acc[j] + float(s)))
 
     def forget(self, job: str):
         """Drop a job that left the system (completed, cancelled)."""
         self._total.pop(job, None)
         for row in [r for r in self._since_reset if job in r]:
             del self._since_reset[row]
+        gone = [r for r in self._owed if job in r]
+        for row in gone:
+            del self._owed[row]
+        if gone:
+            self._owed_version += 1
+
+    def owed(self, rows: Sequence[Row]) -> np.ndarray | None:
+        """(R, k) seconds each row was owed at the last reset (None: nothing is owed to anyone)."""
+        if not self._owed:
+            return None
+        seen_rows, version, array = self._owed_seen
+        if seen_rows is rows and version == self._owed_version:
+            return array             # kept while neither the rows nor what is owed changed
+        k = len(self.worker_types)
+        zero = [0.0] * k
+        get = self._owed.get
+        flat = itertools.chain.from_iterable(get(row, zero) for row in rows)
+        array = np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
+        array.flags.writeable = False
+        self._owed_seen = (rows, self._owed_version, array)
+        return array
 
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
@@ -165,15 +270,23 @@ class Ledger:
         return ({row: tuple(s) for row, s in self._since_reset.items()},
                 {job: tuple(s) for job, s in self._total.items()})
 
+    def owed_snapshot(self) -> dict[Row, tuple[float, ...]]:
+        """What each row is owed from before the last reset, seconds per worker type."""
+        return {row: tuple(s) for row, s in self._owed.items()}
+
     def restore(self, since_reset: Mapping[Row, Sequence[float]],
-                total: Mapping[str, Sequence[float]]) -> None:
+                total: Mapping[str, Sequence[float]],
+                owed: Mapping[Row, Sequence[float]] | None = None) -> None:
         """Take over a snapshot (a restarted daemon picks up where its last run stopped)."""
         k = len(self.worker_types)
-        for seconds in [*since_reset.values(), *total.values()]:
+        owed = owed or {}
+        for seconds in [*since_reset.values(), *total.values(), *owed.values()]:
             if len(seconds) != k:
                 raise ValueError(f"ledger snapshot has {len(seconds)} worker types, not {k}")
         self._since_reset = {tuple(row): [float(s) for s in v] for row, v in since_reset.items()}
         self._total = {job: [float(s) for s in v] for job, v in total.items()}
+        self._owed = {tuple(row): [float(s) for s in v] for row, v in owed.items()}
+        self._owed_version += 1
 
 
 def allocation_rows(allocation: Allocation) -> tuple[list[Row], np.ndarray]:
@@ -193,27 +306,45 @@ def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
 
 
 def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, free: np.ndarray,
-           current: Mapping[Row, int] | None = None) -> list[tuple[int, int]]:
+           current: Mapping[Row, int] | None = None,
+           usable: np.ndarray | None = None, fills: list | None = None,
+           running_on: np.ndarray | None = None) -> list[tuple[int, int]]:
     """Algorithm 1: (row, type) picks, highest priority first, no job twice, no type over `free`.
 
-    Ties go to a row that already runs on that type (no needless preemption),
-    then to input order.
+    Ties go to a row that already runs on that type (no needless
+    preemption), then to input order.  With `usable`
+    ((n, k), one row per single-job row of `rows`; > 0 where the job can run),
+    GPUs left over then go to jobs not picked yet on types where their
+    priority is 0 (`fill`; those picks are also appended to `fills`).
     """
-    current = current or {}
     r_idx, t_idx = np.nonzero(prio > 0)
-    running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
+    if running_on is None:        # (R,) the type each row runs on now, -1: none (from `current`)
+        current = current or {}
+        running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
     staying = running_on[r_idx] == t_idx
+    values = prio[r_idx, t_idx]
     # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
-    order = np.lexsort((~staying, -prio[r_idx, t_idx]))
+    order = np.lexsort((~staying, -values))
     left = [int(v) for v in free]
-    room = sum(left)
     sfs = scale_factors.tolist()
-    smallest = int(min(sfs)) if sfs else 1
-    everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
     busy: set[str] = set()
     chosen: list[tuple[int, int]] = []
-    for r, t in zip(r_idx[order].tolist(), t_idx[order].tolist()):
-        if room < smallest:
+    everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
+    _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
+    if usable is not None and len(busy) < everyone and sum(left) >= min(sfs, default=1):
+        first = len(chosen)
+        fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone)
+        if fills is not None:
+            fills.extend(chosen[first:])
+    return chosen
+
+
+def _greedy(rows, candidates, sfs, left, busy, chosen, everyone) -> None:
+    """Take (row, type) candidates in order while they fit: no job twice, no type over `left`."""
+    room = sum(left)
+    smallest = int(min(sfs)) if sfs else 1
+    for r, t in candidates:
+        if room < smallest or len(busy) == everyone:
             break                         # nothing fits anywhere any more
         row = rows[r]
         if not busy.isdisjoint(row):
@@ -223,11 +354,47 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
             continue                      # does not fit what is left of this type
         chosen.append((r, t))
         busy.update(row)
-        if len(busy) == everyone:
-            break
         left[t] -= need
         room -= need
-    return chosen
+
+
+def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> None:
+    """Work conservation: GPUs `left` after the positive priorities go to jobs that can use them.
+
+    Candidates are single-job entries with priority 0 where `usable` > 0, of
+    jobs not picked yet.  Order: a job already filling that type keeps it (no
+    churn among fillers), then the job most behind its share (its highest
+    priority elsewhere: the lowest cost to fairness, since it is owed the
+    most), then the type it runs fastest on (`usable`'s values), then input order.
+    """
+    n = usable.shape[0]
+    room = np.array(left) > 0
+    candidates = (usable > 0) & (prio[:n] == 0) & room[None, :]
+    if busy:
+        index = _row_index(rows)
+        taken = [index[(job,)] for job in busy if (job,) in index]
+        candidates[taken] = False
+    r_idx, t_idx = np.nonzero(candidates)
+    if not len(r_idx):
+        return
+    behind = prio[:n].max(axis=1)[r_idx]
+    staying = running_on[r_idx] == t_idx
+    order = np.lexsort((-usable[r_idx, t_idx], -behind, ~staying))
+    _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
+
+
+_last_rows: tuple = ((), {})
+
+
+def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
+    """{row: its index}, kept for the last rows (the allocation's, the same object for many rounds)."""
+    global _last_rows
+    last, index = _last_rows
+    if last is not rows:
+        index = {row: r for r, row in enumerate(rows)}
+        if isinstance(rows, tuple):
+            _last_rows = (rows, index)
+    return index
 
 
 @dataclass(frozen=True)
@@ -380,20 +547,47 @@ def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
                scale_factors: Mapping[str, int],
                previous: Sequence[Assignment] = (),
-               placements: Mapping[str, Placement] | None = None) -> RoundPlan:
+               placements: Mapping[str, Placement] | None = None,
+               usable: np.ndarray | None = None, churn: Churn = PLAIN) -> RoundPlan:
     """The mechanism's whole step for round `number`.
 
     `servers` are the GPUs free for scheduled jobs (GPUs of other jobs already
     left out); `previous` is last round's assignments of jobs that are still
     active (a finished job is not "preempted"); `placements` where jobs may
-    run (jobs left out may run anywhere).
+    run (jobs left out may run anywhere).  `usable` ((n_jobs, k) in the
+    allocation's job order, > 0 where a job can run, larger where it runs
+    relatively faster) turns on work conservation; `churn` how much leases
+    are preferred to moves.
     """
     rows, x = allocation.rows, allocation.x_rows
     worker_types = allocation.worker_types
-    prio = priorities(x, ledger.since_reset(rows))
+    column = {wt: j for j, wt in enumerate(worker_types)}
+    before: dict[Row, Assignment] = {}          # last round's assignment of each row
+    current: dict[Row, int | None] = {}         # and its type
+    for a in previous:
+        before[a.jobs] = a
+        current[a.jobs] = column.get(a.worker_type)
+    index = _row_index(rows)
+    staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
+    running_on = np.full(len(rows), -1, dtype=np.int64)
+    if staying:
+        running_on[[rt[0] for rt in staying]] = [rt[1] for rt in staying]
+    received = ledger.since_reset(rows)
+    owed = ledger.owed(rows)
+    if owed is not None:
+        received -= owed          # what a row was owed before the reset counts as not received
+    if churn is not PLAIN:
+        received = churn.received(received, staying)
+    prio = priorities(x, received)
     placements = {job: p for job, p in (placements or {}).items() if p.restricts}
+    if usable is not None:
+        usable = np.asarray(usable, dtype=float)
+        if usable.shape != (len(allocation.job_ids), len(worker_types)):
+            raise ValueError(f"usable has shape {usable.shape}, expected "
+                             f"{(len(allocation.job_ids), len(worker_types))}")
     if placements:
-        prio = prio.copy()
+        if usable is not None:
+            usable = usable.copy()
         for r, row in enumerate(rows):
             for job in row:
                 p = placements.get(job)
@@ -401,32 +595,35 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
                     for t, wt in enumerate(worker_types):
                         if wt not in p.worker_types:
                             prio[r, t] = 0.0
+                            if usable is not None and len(row) == 1:
+                                usable[r, t] = 0.0
     sizes = [int(scale_factors[row[0]]) for row in rows]
-    column = {wt: j for j, wt in enumerate(worker_types)}
     gpus = _layout(servers).gpus
     free = [gpus.get(wt, 0) for wt in worker_types]
-    before: dict[Row, Assignment] = {}          # last round's assignment of each row
-    current: dict[Row, int | None] = {}         # and its type
-    for a in previous:
-        before[a.jobs] = a
-        current[a.jobs] = column.get(a.worker_type)
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
-    chosen = select(rows, prio, sizes_array, free_array, current)
+    fills: list[tuple[int, int]] = []
+    chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
     picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
     if not placements:
         assignments = place(picks, servers, before)
     else:
         # A pick whose servers cannot hold it is dropped and the round picked again
         # without that entry: its GPUs go to the next rows in priority order.
-        index = {row: r for r, row in enumerate(rows)}
-        while True:     # ends: each failure zeroes an entry of positive priority
+        index = _row_index(rows)
+        while True:     # ends: each failure zeroes an entry of positive priority or usable
             assignments, failed = _place(picks, servers, before, placements)
             if not failed:
                 break
             for row, wt, _gpus in failed:
-                prio[index[row], column[wt]] = 0.0
-            chosen = select(rows, prio, sizes_array, free_array, current)
+                r, t = index[row], column[wt]
+                if prio[r, t] > 0:
+                    prio[r, t] = 0.0
+                elif usable is not None:
+                    usable[r, t] = 0.0
+            fills = []
+            chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
             picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
+    filling = frozenset(rows[r][0] for r, _ in fills) if fills else frozenset()
     kept, started, still = [], [], set()
     for a in assignments:
         b = before.get(a.jobs)
@@ -436,8 +633,8 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         else:
             started.append(a)
     preempt = tuple(sorted(set().union(*before) - still))
-    return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt)
+    return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt, filling)
 
 
-__all__ = ["Assignment", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "place",
-           "plan_round", "priorities", "select"]
+__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "place",
+           "fill", "plan_round", "priorities", "select"]

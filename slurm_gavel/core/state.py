@@ -36,6 +36,7 @@ class EngineState:
     total: Mapping[str, tuple[float, ...]]
     allocation: Allocation | None                   # the allocation in force
     unschedulable: Mapping[str, str] = field(default_factory=dict)
+    owed: Mapping[Row, tuple[float, ...]] = field(default_factory=dict)   # carried over resets
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +48,7 @@ class EngineState:
             "total": {job: list(s) for job, s in self.total.items()},
             "allocation": None if self.allocation is None else allocation_to_dict(self.allocation),
             "unschedulable": dict(self.unschedulable),
+            "owed": [[list(row), list(s)] for row, s in self.owed.items()],
         }
 
     @classmethod
@@ -68,7 +70,9 @@ class EngineState:
                 total={str(job): tuple(float(s) for s in seconds)
                        for job, seconds in data["total"].items()},
                 allocation=None if allocation is None else allocation_from_dict(allocation),
-                unschedulable={str(k): str(v) for k, v in data.get("unschedulable", {}).items()})
+                unschedulable={str(k): str(v) for k, v in data.get("unschedulable", {}).items()},
+                owed={tuple(str(j) for j in row): tuple(float(s) for s in seconds)
+                      for row, seconds in data.get("owed", [])})
         except InputError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:

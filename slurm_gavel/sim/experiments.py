@@ -22,6 +22,7 @@ from ..core.errors import InputError
 from .simulator import JobResult, Simulation, simulate, summarize
 from ..estimator.table import ThroughputTable
 from .workloads import TraceJob, iter_trace, read_trace
+from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
 from ..core.files import atomic_write
 
 DEFAULT_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
@@ -45,11 +46,15 @@ class RunConfig:
     round_seconds: float = 360.0
     window: tuple[int, int] | None = None
     gpus_per_node: int = 4
-    checkpoint_seconds: float = 0.0
+    restart_seconds: float = DEFAULT_RESTART_SECONDS    # charged at each start and resume
     solver_delay: float = 0.0
     prices: tuple[tuple[str, float], ...] = ()
     max_rounds: int | None = None
     reset_seconds: float = 1920.0
+    hysteresis: float = DEFAULT_HYSTERESIS    # mechanism: how clearly behind a job must be to take a GPU
+    work_conserving: bool = True              # mechanism: idle GPUs go to jobs without a share there
+    move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS   # mechanism: how far behind a running job must be to move
+    carry_owed: bool = True                   # mechanism: what jobs were owed survives a ledger reset
 
     @property
     def label(self) -> str:
@@ -87,10 +92,12 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
         raise InputError("--window", f"ends at job {config.window[1]} but only {config.jobs} jobs are generated")
     sim = simulate(workload(config, table), table, dict(config.cluster), policy,
                    round_seconds=config.round_seconds, window=config.window,
-                   gpus_per_node=config.gpus_per_node, checkpoint_seconds=config.checkpoint_seconds,
+                   gpus_per_node=config.gpus_per_node, restart_seconds=config.restart_seconds,
                    solver_delay=config.solver_delay, space_sharing=config.space_sharing,
                    prices=dict(config.prices), max_rounds=config.max_rounds,
-                   reset_seconds=config.reset_seconds, progress=progress)
+                   reset_seconds=config.reset_seconds, progress=progress,
+                   hysteresis=config.hysteresis, work_conserving=config.work_conserving,
+                   move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed)
     return sim, table
 
 

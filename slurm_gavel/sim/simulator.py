@@ -5,8 +5,10 @@ a trace and a throughput table: jobs arrive at their trace times, make
 progress at the table's throughput for the type (and placement, and
 partner) they were given, and finish at the exact moment their last step
 is done; their GPUs stay idle until the round ends, as on a real cluster
-whose scheduler acts at round boundaries.  A started job can pay a
-checkpoint cost (seed 5.4: under 5 s per preemption).
+whose scheduler acts at round boundaries.  Each start or resume of a job
+costs it `restart_seconds` of its round (requeue, launch, imports,
+checkpoint load: GPUs held, no progress); the mechanism is told the same
+cost and weighs it against the gain of a move.
 
 `simulate()` wires it to the very engine the daemon runs (simulated clock,
 immediate or delayed allocator, in-memory store) and returns per-job
@@ -25,7 +27,8 @@ import numpy as np
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.clock import SimulatedClock
-from ..core.engine import DEFAULT_RESET_SECONDS, DEFAULT_ROUND_SECONDS, Engine
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
+                           DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
 from ..core.mechanism import Assignment, RoundPlan, Server
 from ..core.recompute import Delayed, Immediate
@@ -104,18 +107,18 @@ class SimulatedCluster:
 
     def __init__(self, jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int],
                  clock, gpus_per_node: int | Mapping[str, int] = DEFAULT_GPUS_PER_NODE,
-                 checkpoint_seconds: float = 0.0, measure: bool = False):
+                 restart_seconds: float = DEFAULT_RESTART_SECONDS, measure: bool = False):
         unknown = [wt for wt in cluster if wt not in table.worker_types]
         if unknown:
             raise InputError("--cluster", f"worker type {unknown[0]!r} is not in the throughput table "
                                           f"(it has: {', '.join(table.worker_types)})")
-        if checkpoint_seconds < 0:
-            raise InputError("--checkpoint-seconds", f"must be >= 0, got {checkpoint_seconds}")
+        if not (restart_seconds >= 0 and math.isfinite(restart_seconds)):
+            raise InputError("--restart-seconds", f"must be >= 0, got {restart_seconds}")
         self.worker_types = tuple(cluster)
         self.table = table
         self.clock = clock
         self.servers = make_servers(cluster, gpus_per_node)
-        self.checkpoint_seconds = float(checkpoint_seconds)
+        self.restart_seconds = float(restart_seconds)
         self.measure = measure                 # report what each running job made (estimator)
         self._measurements: list = []
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
@@ -130,7 +133,7 @@ class SimulatedCluster:
         self._type: dict[str, int] = {}
         self._running: tuple[Assignment, ...] = ()
         self._round: tuple[float, float] | None = None    # (advanced up to, end) of the executed round
-        self._ckpt_left: dict[str, float] = {}            # checkpoint seconds a start still has to pay
+        self._ckpt_left: dict[str, float] = {}            # restart seconds a start still has to pay
         self._usage: list[Usage] = []
         # Last round's Usage of each running assignment (by id; the Usage keeps it
         # alive): a lease renewed for a whole round reports the very same one.
@@ -177,7 +180,7 @@ class SimulatedCluster:
             for job, rate in zip(a.jobs, rates):
                 self._rate[job] = rate
                 self._type[job] = t
-                self._ckpt_left[job] = self.checkpoint_seconds
+                self._ckpt_left[job] = self.restart_seconds
                 r = self.results[job]
                 r.starts += 1
                 if r.starts == 1:
@@ -347,28 +350,43 @@ class Simulation:
 def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int], policy,
              round_seconds: float = DEFAULT_ROUND_SECONDS, window: tuple[int, int] | None = None,
              gpus_per_node: int | Mapping[str, int] = DEFAULT_GPUS_PER_NODE,
-             checkpoint_seconds: float = 0.0, solver_delay: float = 0.0,
+             restart_seconds: float = DEFAULT_RESTART_SECONDS, solver_delay: float = 0.0,
              space_sharing: bool = False, prices: Mapping[str, float] | None = None,
              max_rounds: int | None = None, reset_seconds: float = DEFAULT_RESET_SECONDS,
-             throughputs=None, progress: Callable[[int, float, int, int], None] | None = None) -> Simulation:
+             throughputs=None, progress: Callable[[int, float, int, int], None] | None = None,
+             hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
+             checkpoint_seconds: float | None = None,
+             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
     jobs) has finished, or after `max_rounds`.  `solver_delay` > 0 makes each
     solve take that many simulated seconds (the engine keeps going meanwhile).
+    `restart_seconds` is charged at each start and resume and told to the
+    mechanism (`checkpoint_seconds` is its old name); `hysteresis` and
+    `move_hysteresis` (in rounds) and `work_conserving` set the mechanism's
+    churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
     """
+    if checkpoint_seconds is not None:
+        restart_seconds = checkpoint_seconds
     started = time.perf_counter()
     clock = SimulatedClock(0.0)
     # `throughputs`: what the policy is told (default: the table itself, an
     # oracle); the jobs always run at the table's rates.  A source that learns
     # (has `record`) is fed what each running job made, every round.
     source = throughputs if throughputs is not None else TableThroughputs(table)
-    backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, checkpoint_seconds,
+    backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, restart_seconds,
                                measure=hasattr(source, "record"))
     allocator = Delayed(policy, solver_delay) if solver_delay > 0 else Immediate(policy)
     store = MemoryStore(keep_rounds=False)
-    engine = Engine(clock, backend, allocator, source, store, round_seconds,
-                    prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds)
+    try:
+        engine = Engine(clock, backend, allocator, source, store, round_seconds,
+                        prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds,
+                        work_conserving=work_conserving, hysteresis=hysteresis,
+                        restart_seconds=restart_seconds, move_hysteresis=move_hysteresis,
+                        carry_owed=carry_owed)
+    except ValueError as e:
+        raise InputError("--hysteresis", str(e)) from None
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
     remaining = len(wanted) if wanted is not None else None
 

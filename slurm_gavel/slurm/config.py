@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
@@ -34,6 +35,13 @@ class Config:
     agnostic: bool = False
     space_sharing: bool = False
     round_seconds: float = 360.0
+    # the mechanism's churn (core/mechanism.py Churn): a running job competes for its GPUs as
+    # if it had received hysteresis_rounds less, moves to another type of its own accord only
+    # move_hysteresis_rounds behind there; each start or resume costs restart_seconds
+    hysteresis_rounds: float = DEFAULT_HYSTERESIS
+    move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
+    restart_seconds: float = DEFAULT_RESTART_SECONDS
+    work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
     database: str = "/var/lib/slurm-gavel/state.db"
     throughputs: str | None = None       # a throughput table in Gavel's JSON layout
@@ -88,6 +96,10 @@ class Config:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(key, f"must be a number > 0, got {v!r}")
+        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
+                bad(key, f"must be a number >= 0, got {v!r}")
         if self.tick_seconds > self.round_seconds:
             bad("tick_seconds", f"must not exceed round_seconds ({self.round_seconds})")
         if self.preemption_signal not in SIGNALS:

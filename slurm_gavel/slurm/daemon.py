@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 from . import config as config_mod
 from ..core.clock import WallClock
 from ..core.display import PrintableLog
-from ..core.engine import Engine
+from ..core.engine import FILLING, Engine
 from ..core.mechanism import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
@@ -132,7 +132,10 @@ class Daemon:
                              config.round_seconds, prices=config.prices,
                              space_sharing=config.space_sharing,
                              solve_patience=min(config.solver_wait_seconds, config.round_seconds / 2),
-                             weight_limits=config.weights)
+                             weight_limits=config.weights, work_conserving=config.work_conserving,
+                             hysteresis=config.hysteresis_rounds,
+                             restart_seconds=config.restart_seconds,
+                             move_hysteresis=config.move_hysteresis_rounds)
         self._resume()
         if starts > 1:
             self.metrics.restarts.inc(starts - 1)
@@ -425,7 +428,8 @@ class Daemon:
             row["state"], row["gpus"] = seen["state"], seen["gpus"]
             if seen["state"] == "R":
                 row["worker_type"] = seen.get("worker_type") or row.get("worker_type")
-                row["reason"] = ""
+                # running: no wait reason, but say when it only fills a GPU nobody's share claims
+                row["reason"] = FILLING if row.get("reason") == FILLING else ""
             elif seen.get("detail"):
                 row["reason"] = seen["detail"]
         for job, why in self.backend.bad_flags.items():
