@@ -104,10 +104,14 @@ def test_no_job_twice_and_no_type_oversubscribed_in_any_round():
 
 
 def test_space_sharing_packs_pairs_the_policy_chose():
-    jobs = [job(m, 200000) for m in ["fast", "flat"] * 4]
-    engine, backend, store = run_engine(jobs, {"v100": 1, "p100": 1, "k80": 1}, rounds=20,
+    # Four jobs on one V100: sharing it beats taking turns for both models (fast 6/10, flat
+    # 2/3 of their solo speed against 1/2 each), so max-min's optimum is made of pairs.  (With
+    # more types the Pareto stage may reach the same level with a sliver of pair time, which
+    # the mechanism's leases rightly do not rotate in within a few rounds.)
+    jobs = [job(m, 200000) for m in ["fast", "flat"] * 2]
+    engine, backend, store = run_engine(jobs, {"v100": 1}, rounds=20,
                                         table=small_table(pairs=True), space_sharing=True)
-    assert store.allocations[0][2].x_pairs.sum() > 0
+    assert store.allocations[0][2].x_pairs.sum() > 0.5
     packed = [a for _, plan in store.rounds for a in plan.assignments if len(a.jobs) == 2]
     assert packed and all({backend.results[j].job_type for j in a.jobs} == {"fast", "flat"}
                           for a in packed)
