@@ -117,9 +117,9 @@ def _workload_options(p):
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
                    help="measure jobs FIRST <= id < END (the steady state) and stop when they are done")
-    from .core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
+    from .core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
     p.add_argument("--restart-seconds", "--checkpoint-seconds", type=float, dest="restart_seconds",
-                   default=DEFAULT_RESTART_SECONDS, metavar="S",
+                   default=MEASURED_RESTART_SECONDS, metavar="S",
                    help="time a job loses each time it is started or resumed (requeue, launch, "
                         "checkpoint load); the mechanism weighs it against the gain of a move "
                         "(default: %(default)s)")

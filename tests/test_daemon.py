@@ -64,9 +64,10 @@ def write_config(tmp: Path, cluster, **extra) -> Path:
                 "progress_dir": str(tmp / "progress"),
                 "round_seconds": 15, "tick_seconds": TICK, "grace_seconds": 10,
                 "throughputs": str(TOY_TABLE),
-                # the plain mechanism (no lease hysteresis): these tests watch jobs being
-                # preempted and moved within a few 15-second rounds
-                "hysteresis_rounds": 0.0, "move_hysteresis_rounds": 0.0}
+                # the plain mechanism (no lease hysteresis, no restart cost weighed):
+                # these tests watch jobs being preempted and moved within a few
+                # 15-second rounds
+                "hysteresis_rounds": 0.0, "move_hysteresis_rounds": 0.0, "restart_seconds": 0.0}
     settings.update(extra)
     lines = []
     for key, value in settings.items():

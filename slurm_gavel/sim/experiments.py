@@ -22,7 +22,7 @@ from ..core.errors import InputError
 from .simulator import JobResult, Simulation, simulate, summarize
 from ..estimator.table import ThroughputTable
 from .workloads import TraceJob, iter_trace, read_trace
-from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
+from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
 from ..core.files import atomic_write
 
 DEFAULT_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
@@ -46,7 +46,7 @@ class RunConfig:
     round_seconds: float = 360.0
     window: tuple[int, int] | None = None
     gpus_per_node: int = 4
-    restart_seconds: float = DEFAULT_RESTART_SECONDS    # charged at each start and resume
+    restart_seconds: float = MEASURED_RESTART_SECONDS    # charged at each start and resume
     solver_delay: float = 0.0
     prices: tuple[tuple[str, float], ...] = ()
     max_rounds: int | None = None

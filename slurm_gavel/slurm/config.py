@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESTART_SECONDS
+from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
@@ -40,7 +40,7 @@ class Config:
     # move_hysteresis_rounds behind there; each start or resume costs restart_seconds
     hysteresis_rounds: float = DEFAULT_HYSTERESIS
     move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
-    restart_seconds: float = DEFAULT_RESTART_SECONDS
+    restart_seconds: float = MEASURED_RESTART_SECONDS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
     database: str = "/var/lib/slurm-gavel/state.db"
