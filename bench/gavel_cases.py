@@ -94,12 +94,30 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
+def bound_jct_hours(results, table, window, worker_types) -> float | None:
+    """Average JCT of the window's jobs if each ran alone on its fastest GPU type (consolidated)
+    from the second it arrived: no queueing, no rounds, no restarts.  No scheduler can beat it
+    in this model (a job runs no faster than its best solo throughput), so it caps how far any
+    policy can get below Gavel's JCT on the same jobs."""
+    first, end = window if window else (0, len(results))
+    chosen = [r for r in results if first <= int(r.id) < end]
+    if not chosen:
+        return None
+    total = 0.0
+    for r in chosen:
+        solo = table.solo(r.job_type, r.scale_factor)
+        total += r.total_steps / max(solo[wt] for wt in worker_types if wt in solo)
+    return total / len(chosen) / 3600.0
+
+
 def run_one(config) -> dict:
     """One run's summary, plus restarts per job over every job of the run (issue 12's basis)."""
     sim, table = simulate_config(config)
     row = {"policy": config.label, "rate": config.rate, "seed": config.seed,
            **summarize(sim, table, config.window, dict(config.prices))}
     results = list(sim.results.values())
+    row["bound_jct_hours"] = bound_jct_hours(results, table, config.window,
+                                             [wt for wt, _ in config.cluster])
     row["restarts_per_job_all_jobs"] = (sum(max(0, r.starts - 1) for r in results) / len(results)
                                         if results else None)
     return row
@@ -168,6 +186,7 @@ def main(argv=None) -> int:
             mine = [r for r in rows if r["policy"].endswith("_agnostic") == agnostic]
             by[agnostic] = {
                 "jct": _mean([r["average_jct_hours"] for r in mine]),
+                "bound": _mean([r["bound_jct_hours"] for r in mine]),
                 "restarts": _mean([r["restarts_per_job"] for r in mine]),
                 "restarts_all": _mean([r["restarts_per_job_all_jobs"] for r in mine]),
                 "util": _mean([r["utilization_total"] for r in mine]),
@@ -187,6 +206,10 @@ def main(argv=None) -> int:
         ours = _ratio(by[True]["jct"], by[False]["jct"])
         gavel = _ratio(case.gavel_agnostic, case.gavel_aware) if args.policy == GAVEL_POLICY else "n/a"
         print(f"{'':<28} agnostic / aware JCT: ours {ours}, Gavel {gavel}", flush=True)
+        bound = by[False]["bound"]
+        if args.policy == GAVEL_POLICY and bound is not None:
+            print(f"{'':<28} bound (every job alone on its fastest type from arrival): {bound:.2f} h"
+                  f" = {bound / case.gavel_aware:.3f} of Gavel's aware JCT", flush=True)
         results.extend(rows)
     if args.json:
         print(json.dumps(results, indent=2, default=str))
