@@ -96,7 +96,7 @@ class Solution:
 
 def _power_of_two_scale(values: np.ndarray) -> float:
     """2^e with max|values| * 2^e in [1, 2): an exact rescaling that keeps HiGHS' tolerances meaningful."""
-    top = float(np.max(np.abs(values))) if values.size else 0.0
+    top = float(np.abs(values).max()) if values.size else 0.0     # (the method: no np.max dispatch)
     if not (top > 0 and math.isfinite(top)):
         return 1.0
     return math.ldexp(1.0, -math.frexp(top)[1] + 1)
@@ -210,9 +210,10 @@ def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
     start, index, cost, all_columns = _max_min_shape(n, k)
     # X's column entries in `_pattern`'s order (as `_values` writes them), then t's
     value = np.empty(3 * nk + n)
-    value[0:3 * nk:3] = -(rate * scale).ravel()
-    value[1:3 * nk:3] = 1.0
-    value[2:3 * nk:3] = np.repeat(multiplicity * scale_factors, k)
+    entries = value[:3 * nk].reshape(n, k, 3)       # a view: the prefix is contiguous
+    np.negative(rate * scale, out=entries[:, :, 0])
+    entries[:, :, 1] = 1.0
+    entries[:, :, 2] = (multiplicity * scale_factors)[:, None]
     value[3 * nk:] = 1.0
     row_upper = np.zeros(2 * n + k)
     row_upper[n:2 * n] = 1.0
