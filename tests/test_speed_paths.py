@@ -116,3 +116,92 @@ def test_highs_threads_match_the_scheduler_and_solves_still_succeed():
     found = direct.max_min(np.ones(2), np.array([[1.0, 2.0], [3.0, 1.0]]), np.ones((2, 2), bool),
                            np.array([1.0, 1.0]), np.ones(2), np.ones(2, dtype=np.int64))
     assert found is not None and h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+
+def _classes_plain(inp, per_job):
+    """Classes as find_classes made them with the feasible mask among the compared columns."""
+    columns = [inp.solo_throughputs, inp.feasible.astype(float), inp.scale_factors[:, None].astype(float)]
+    columns += [np.asarray(a, dtype=float).reshape(inp.n_jobs, -1) for a in per_job]
+    keys = np.ascontiguousarray(np.concatenate(columns, axis=1)).view(np.int64)
+    order = np.lexsort(keys.T[::-1])
+    first = np.ones(inp.n_jobs, dtype=bool)
+    first[1:] = (keys[order][1:] != keys[order][:-1]).any(axis=1)
+    labels = np.empty(inp.n_jobs, dtype=np.int64)
+    labels[order] = np.cumsum(first) - 1
+    return labels, order[np.flatnonzero(first)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_classes_without_the_feasible_column_are_the_same_classes_in_the_same_order(seed):
+    from slurm_gavel.policies.symmetry import find_classes
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    kinds = rng.uniform(0.5, 5.0, (5, 3))
+    kinds[rng.random((5, 3)) < 0.3] = np.nan                 # types some kinds cannot use
+    kinds[:, 0] = rng.uniform(0.5, 5.0, 5)                  # every kind fits type 0 (8 GPUs)
+    pick = rng.integers(0, 5, n)
+    # types 1 and 2 may have fewer GPUs than a job needs: infeasible with a positive throughput
+    counts = np.concatenate([[8], rng.integers(1, 9, 2)])
+    inp = make_input(kinds[pick], counts=counts, scale_factors=rng.choice([1, 2, 4], n))
+    per_job = [rng.choice([1.0, 2.0], n)]
+    classes = find_classes(inp, per_job)
+    labels, reps = _classes_plain(inp, per_job)
+    if classes is None:
+        assert len(reps) == n
+    else:
+        assert np.array_equal(classes.labels, labels) and np.array_equal(classes.representatives, reps)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_no_pair_class_path_gives_what_the_general_class_path_gives(seed):
+    from slurm_gavel.policies.symmetry import find_classes
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 40))
+    kinds = rng.uniform(0.5, 5.0, (4, 3))
+    inp = make_input(kinds[rng.integers(0, 4, n)], counts=rng.integers(2, 9, 3),
+                     scale_factors=rng.choice([1, 2], n))
+    policy = make_policy("max_min_fairness").policy
+    params = policy.parameters(inp)
+    classes = find_classes(inp, policy._per_job_numbers(inp, params, {}))
+    assert classes is not None
+    fast = policy._solve_classes(inp, classes, params, {})
+    # the general path, as it ran before the no-pair shortcut: a non-empty rates dict
+    # (the throughputs again, which the direct route declines) takes it, through cvxpy
+    general = policy._solve_classes(inp, classes, params,
+                                    {"throughputs": (inp.solo_throughputs, inp.shared_throughputs)})
+    assert fast.x.shape == (n, 3) and fast.pair_jobs.shape == (0, 2) and fast.x_pairs.shape == (0, 3)
+    assert np.allclose(fast.x, general.x, atol=1e-6)
+    assert fast.objective == pytest.approx(general.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_max_min_arrays_built_in_place_are_the_pattern_and_values_of_the_plain_build(seed):
+    from slurm_gavel.policies import direct
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(1, 20)), 3
+    solo = rng.uniform(0.0, 5.0, (n, k))
+    coef, mult, sf = rng.uniform(0.1, 2.0, n), rng.integers(1, 5, n).astype(float), rng.choice([1, 2, 4], n)
+    captured = {}
+    real = direct._solve
+
+    def spy(n_x, n_rows, cost, col_upper, row_upper, start, index, value):
+        captured.update(cost=cost.copy(), col_upper=col_upper.copy(), row_upper=row_upper.copy(),
+                        start=start.copy(), index=index.copy(), value=value.copy())
+        return real(n_x, n_rows, cost, col_upper, row_upper, start, index, value)
+
+    direct._solve = spy
+    try:
+        found = direct.max_min(coef, solo, solo > 0, np.array([4.0, 6.0, 2.0]), mult, sf)
+    finally:
+        direct._solve = real
+    rate = coef[:, None] * solo
+    scale = direct._power_of_two_scale(rate)
+    start, index = direct._pattern(n, k, True)
+    assert np.array_equal(captured["start"], np.append(start, 3 * n * k))
+    assert np.array_equal(captured["index"], np.concatenate([index, np.arange(n)]))
+    assert np.array_equal(captured["value"],
+                          np.concatenate([direct._values(rate * scale, mult, sf, k), np.ones(n)]))
+    assert np.array_equal(captured["row_upper"], np.concatenate([np.zeros(n), np.ones(n), [4.0, 6.0, 2.0]]))
+    assert np.array_equal(captured["col_upper"][:-1], (solo > 0).astype(float).ravel())
+    assert captured["col_upper"][-1] == np.inf and captured["cost"][-1] == 1.0 and not captured["cost"][:-1].any()
+    assert found is not None

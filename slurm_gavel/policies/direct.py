@@ -96,7 +96,7 @@ class Solution:
 
 def _power_of_two_scale(values: np.ndarray) -> float:
     """2^e with max|values| * 2^e in [1, 2): an exact rescaling that keeps HiGHS' tolerances meaningful."""
-    top = float(np.max(np.abs(values))) if values.size else 0.0
+    top = float(np.abs(values).max()) if values.size else 0.0     # (the method: no np.max dispatch)
     if not (top > 0 and math.isfinite(top)):
         return 1.0
     return math.ldexp(1.0, -math.frexp(top)[1] + 1)
@@ -151,19 +151,20 @@ def _bounds(n_cols: int, n_x: int, n_rows: int) -> tuple[np.ndarray, np.ndarray,
     return col_lower, row_lower, integrality
 
 
-def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, value):
+def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, value):
     """HiGHS on: max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper, t free.
 
-    Returns (columns, objective), or None unless HiGHS reports an optimum.
+    The first `n_x` columns are X (lower bound 0), any after them t (free);
+    `col_upper` covers every column.  Returns (columns, objective), or None
+    unless HiGHS reports an optimum.
     """
     import highspy
     h = _highs()
-    col_lower, row_lower, integrality = _bounds(n_cols, len(col_upper), n_rows)
-    upper = np.full(n_cols, highspy.kHighsInf)
-    upper[:len(col_upper)] = col_upper
+    n_cols = len(col_upper)
+    col_lower, row_lower, integrality = _bounds(n_cols, n_x, n_rows)
     colwise, maximize = _enums()
     status = h.passModel(n_cols, n_rows, len(value), colwise, maximize, 0.0, cost, col_lower,
-                         upper, row_lower, row_upper, start, index, value, integrality)
+                         col_upper, row_lower, row_upper, start, index, value, integrality)
     if status == highspy.HighsStatus.kError:
         return None
     h.run()
@@ -171,6 +172,22 @@ def _solve(n_cols: int, n_rows: int, cost, col_upper, row_upper, start, index, v
         return None
     # getObjectiveValue: the same number as getInfo's, without copying the whole info record
     return np.asarray(h.getSolution().col_value), h.getObjectiveValue()
+
+
+@lru_cache(maxsize=256)
+def _max_min_shape(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The max-min model's arrays that depend on its shape alone (read-only; passModel copies them):
+    column starts and row indices (`_pattern` plus t's column, a 1 in every rate row),
+    the first stage's cost (t alone) and the column indices of every column."""
+    start, index = _pattern(n, k, True)
+    start = np.append(start, 3 * n * k).astype(np.int32)
+    index = np.concatenate([index, np.arange(n, dtype=np.int32)])
+    cost = np.zeros(n * k + 1)
+    cost[-1] = 1.0
+    columns = np.arange(n * k + 1, dtype=np.int32)
+    for a in (start, index, cost, columns):
+        a.flags.writeable = False
+    return start, index, cost, columns
 
 
 def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
@@ -185,19 +202,26 @@ def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
     minimum the second stage's X attains (on tiny rates, 1e-15 after scaling,
     the first stage may call 0 what the second stage's X makes positive).
     """
+    import highspy
     n, k = solo.shape
+    nk = n * k
     rate = coef[:, None] * solo
     scale = _power_of_two_scale(rate)
-    start, index = _pattern(n, k, True)
-    # t's column: a 1 in every rate row (t - c_m T_m . X_m <= 0).
-    start = np.append(start, 3 * n * k).astype(np.int32)
-    index = np.concatenate([index, np.arange(n, dtype=np.int32)])
-    value = np.concatenate([_values(rate * scale, multiplicity, scale_factors, k), np.ones(n)])
-    cost = np.zeros(n * k + 1)
-    cost[-1] = 1.0
-    row_upper = np.concatenate([np.zeros(n), np.ones(n), counts])
-    found = _solve(n * k + 1, 2 * n + k, cost, feasible.astype(float).ravel(), row_upper,
-                   start, index, value)
+    start, index, cost, all_columns = _max_min_shape(n, k)
+    # X's column entries in `_pattern`'s order (as `_values` writes them), then t's
+    value = np.empty(3 * nk + n)
+    entries = value[:3 * nk].reshape(n, k, 3)       # a view: the prefix is contiguous
+    np.negative(rate * scale, out=entries[:, :, 0])
+    entries[:, :, 1] = 1.0
+    entries[:, :, 2] = (multiplicity * scale_factors)[:, None]
+    value[3 * nk:] = 1.0
+    row_upper = np.zeros(2 * n + k)
+    row_upper[n:2 * n] = 1.0
+    row_upper[2 * n:] = counts
+    col_upper = np.empty(nk + 1)
+    col_upper[:nk] = feasible.ravel()
+    col_upper[nk] = highspy.kHighsInf
+    found = _solve(nk, 2 * n + k, cost, col_upper, row_upper, start, index, value)
     if found is None:
         return None
     columns, objective = found
@@ -206,15 +230,16 @@ def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
         h = _highs()
         # A level within solver noise of 0 (rates 1e15 apart) is no floor: both routes agree on that.
         floor = objective * (1 - slack) if objective > NOISE else 0.0
-        h.changeColBounds(n * k, floor, highspy.kHighsInf)
-        gain = second.ravel() * _power_of_two_scale(second)
-        h.changeColsCost(n * k + 1, np.arange(n * k + 1, dtype=np.int32), np.append(gain, 0.0))
+        h.changeColBounds(nk, floor, highspy.kHighsInf)
+        gain = np.zeros(nk + 1)
+        np.multiply(second.ravel(), _power_of_two_scale(second), out=gain[:nk])
+        h.changeColsCost(nk + 1, all_columns, gain)
         h.run()
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return None
-        x = np.asarray(h.getSolution().col_value)[:n * k].reshape(n, k)
+        x = np.asarray(h.getSolution().col_value)[:nk].reshape(n, k)
         return Solution(float((rate * x).sum(axis=1).min()), x)
-    return Solution(objective / scale, columns[:n * k].reshape(n, k))
+    return Solution(objective / scale, columns[:nk].reshape(n, k))
 
 
 def max_sum(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,

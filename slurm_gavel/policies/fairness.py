@@ -33,7 +33,14 @@ class MaxMinFairness(MaxMinPolicy):
     summary = "max-min fairness / least attained service: maximize the smallest normalized throughput"
 
     def coefficients(self, inp: PolicyInput) -> np.ndarray:
-        return 1.0 / (inp.weights * inp.isolated_throughputs())
+        return 1.0 / (inp.weights * self._isolated(inp))
+
+    def _isolated(self, inp: PolicyInput) -> np.ndarray:
+        """inp.isolated_throughputs(), computed once for the coefficients and the Pareto weights."""
+        last = getattr(self, "_last_isolated", None)
+        if last is None or last[0] is not inp:
+            last = self._last_isolated = (inp, inp.isolated_throughputs())
+        return last[1]
 
     def pareto_weights(self, inp: PolicyInput, coef: np.ndarray) -> np.ndarray:
         """The Pareto stage maximizes sum_m w_m * throughput_m / isolated_m.
@@ -45,7 +52,7 @@ class MaxMinFairness(MaxMinPolicy):
         average JCT to 0.01 h in cases 1 and 2 and split every class of
         identical jobs (symmetry.py), which made the runs 2-3x slower.
         """
-        return inp.weights / inp.isolated_throughputs()
+        return inp.weights / self._isolated(inp)
 
 
 class FinishTimeFairness(LinearPolicy):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -81,6 +82,18 @@ def pareto_gains(weights: np.ndarray, solo: np.ndarray, multiplicity: np.ndarray
     gain = (multiplicity * weights)[:, None] * solo * (1.0 + TIE_BREAK * tie_break(n, k))
     top = float(gain.max()) if gain.size else 0.0
     return np.where(solo > 0, np.maximum(gain, SMALLEST_GAIN * top), 0.0)
+
+
+_NO_PAIR_JOBS = np.zeros((0, 2), dtype=np.int64)
+_NO_PAIR_JOBS.flags.writeable = False
+
+
+@lru_cache(maxsize=64)
+def _no_pairs(k: int, ndim: int) -> np.ndarray:
+    """Read-only empty pair numbers: (0, k, 2) shared throughputs (ndim 3) or (0, k) bounds (ndim 2)."""
+    empty = np.zeros((0, k, 2) if ndim == 3 else (0, k))
+    empty.flags.writeable = False
+    return empty
 
 
 def _unit_scale(values: np.ndarray) -> float:
@@ -240,6 +253,10 @@ class LinearPolicy:
         from .symmetry import class_pair_numbers, expand
 
         reps, n = classes.representatives, inp.n_jobs
+        params = {name: (np.asarray(v)[reps] if np.ndim(v) and np.shape(v)[0] == n else v)
+                  for name, v in params.items()}
+        if not inp.n_pairs and not rates:
+            return self._solve_classes_alone(inp, classes, params)
         structure = Structure(classes.n_classes, inp.n_types, inp.scale_factors[reps],
                               classes.pair_classes, classes.sizes.astype(float))
         # A class pair row holds the total time of many job pairs: it is
@@ -251,14 +268,26 @@ class LinearPolicy:
                           class_pair_numbers(inp, classes, inp.shared_throughputs), pair_feasible)
         rates = {name: (solo[reps], class_pair_numbers(inp, classes, shared))
                  for name, (solo, shared) in rates.items()}
-        params = {name: (np.asarray(v)[reps] if np.ndim(v) and np.shape(v)[0] == n else v)
-                  for name, v in params.items()}
         value, y, z, _ = self._run(structure, numbers, rates, params, inp)
         x, pair_jobs, x_pairs = expand(inp, classes, y, z)
         x, x_pairs = repair(inp, x, x_pairs, pair_jobs)
         return Allocation(inp.job_ids, inp.worker_types, x, self.name,
                           objective=self.objective_value(value, inp),
                           pair_jobs=pair_jobs, x_pairs=x_pairs)
+
+    def _solve_classes_alone(self, inp: PolicyInput, classes, params: dict) -> Allocation:
+        """`_solve_classes` without pair rows or other rates: the same numbers, none of the
+        pair bookkeeping on empty arrays (the simulator's thousands of solves)."""
+        reps, k = classes.representatives, inp.n_types
+        structure = Structure(classes.n_classes, k, inp.scale_factors[reps], _NO_PAIR_JOBS,
+                              classes.sizes.astype(float))
+        numbers = Numbers(inp.solo_throughputs[reps], inp.feasible[reps], inp.counts,
+                          _no_pairs(k, 3), _no_pairs(k, 2))
+        value, y, z, _ = self._run(structure, numbers, {}, params, inp)
+        x, x_pairs = repair(inp, y[classes.labels], z, _NO_PAIR_JOBS)
+        return Allocation(inp.job_ids, inp.worker_types, x, self.name,
+                          objective=self.objective_value(value, inp),
+                          pair_jobs=_NO_PAIR_JOBS, x_pairs=x_pairs)
 
     def _priced(self, full: PolicyInput, params: dict, rates: dict) -> tuple[Allocation, dict]:
         """Column generation over pair rows; with a second stage, first for the primary objective alone.

@@ -55,8 +55,9 @@ def find_classes(inp: PolicyInput, per_job: list[np.ndarray]) -> Classes | None:
     those classes may pair.
     """
     n = inp.n_jobs
-    columns = [inp.solo_throughputs, inp.feasible.astype(float),
-               inp.scale_factors[:, None].astype(float)]
+    # (feasible is not compared: it is solo_throughputs > 0, so it splits no
+    # class and orders none; a key column fewer for every solve)
+    columns = [inp.solo_throughputs, inp.scale_factors[:, None].astype(float)]
     columns += [np.asarray(a, dtype=float).reshape(n, -1) for a in per_job]
     # Rows compared as their bits (as integers): equal bits, same class.
     keys = np.ascontiguousarray(np.concatenate(columns, axis=1)).view(np.int64)
