@@ -74,14 +74,15 @@ MEASURED_RESTART_SECONDS = 18.0
 # In rounds: a running job competes for its GPUs as if it had received this much
 # less time, so a job replacing it must be clearly more behind (mechanism.Churn).
 # A running job moves to another type of its own accord only when it is
-# DEFAULT_MOVE_HYSTERESIS rounds more behind there.  With what rows were owed
-# carried over resets (Ledger.owed), measured on issue 12's three cases with
-# Gavel's own jobs (bench/gavel_cases.py, docs/simulation.md): restarts per job
-# 44.7 / 33.5 / 68.4 -> 5.1 / 3.4 / 7.0 against Gavel's 5.5 / 13.7 / 74.3, average
-# JCT 16.73 / 17.67 / 27.04 h -> 16.65 / 17.35 / 20.19 h, the agnostic baseline
-# within 3% of Gavel's own.  Smaller values (3 and 10) left case 1 at 6.5 restarts.
-DEFAULT_HYSTERESIS = 10.0
-DEFAULT_MOVE_HYSTERESIS = 30.0
+# DEFAULT_MOVE_HYSTERESIS rounds more behind there.  Chosen with the Pareto stage
+# of the policies in place (docs/simulation.md, "All of issue 12 together"): on
+# issue 12's three cases (bench/gavel_cases.py, Gavel's own jobs, 18 s restarts)
+# 2 / 5 gives 0.03 / 0.25 / 2.8 restarts per job against Gavel's 5.5 / 13.7 /
+# 74.3 and average JCT 15.40 / 16.06 / 17.39 h, no worse than 10 / 30 (15.41 /
+# 16.06 / 17.45 h), while 10 / 30 made the static makespan trace 25.2 h
+# instead of 18.9 h: a long lease keeps a job from the types X gives it.
+DEFAULT_HYSTERESIS = 2.0
+DEFAULT_MOVE_HYSTERESIS = 5.0
 # Time every entry counts as received after a reset, in rounds: Gavel seeds
 # each job with half a round, so that a reset does not make every priority
 # infinite at once.
