@@ -47,12 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def _default_throughputs() -> Path:
-    # beside the repository (../shared), or beside a worktree's parent (../../shared)
-    for base in (ROOT.parent, ROOT.parent.parent):
-        path = base / "shared" / "data" / "gavel" / "simulation_throughputs.json"
-        if path.exists():
-            return path
-    return ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+    from _paths import gavel_data  # bench/_paths.py, beside this script
+    return gavel_data("simulation_throughputs.json")
 
 
 from slurm_gavel.cli import _run_config, build_parser  # noqa: E402

@@ -37,11 +37,8 @@ from slurm_gavel.sim.experiments import RunConfig, run  # noqa: E402
 
 
 def _default_throughputs() -> Path:
-    for base in (ROOT.parent, ROOT.parent.parent):
-        path = base / "shared" / "data" / "gavel" / "simulation_throughputs.json"
-        if path.exists():
-            return path
-    return ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+    from _paths import gavel_data  # bench/_paths.py, beside this script
+    return gavel_data("simulation_throughputs.json")
 
 
 def inner(policy):
