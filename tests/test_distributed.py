@@ -67,6 +67,12 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
     for node in cluster.nodes:
         cluster.run(["sbatch", "-o", "/dev/null", "-p", node.split("-")[0], "-w", node,
                      "--gres=gpu:2", "--wrap=sleep 25"])
+    # the daemon's first round must see them running (else it plans their GPUs, they take
+    # them anyway, and no 2x2 shape is ever needed)
+    wait_until = time.time() + 30
+    while len(cluster.run(["squeue", "-h", "-t", "R", "-o", "%i"]).stdout.split()) < len(cluster.nodes):
+        assert time.time() < wait_until, "the other users' jobs never ran"
+        time.sleep(0.3)
     wide = {_submit(cluster, tmp_path, "convnet", 24, ["--gpus=8"]): 8,
             _submit(cluster, tmp_path, "convnet", 24, ["--gpus=4"]): 4,
             _submit(cluster, tmp_path, "convnet", 24, ["-N", "2", "--gres=gpu:2"]): 4}
@@ -115,9 +121,13 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
         shapes = [(s[2], _hosts(cluster, s[3]), int(s[4]), int(s[5])) for s in starts]
         for partition, hosts, count, per in shapes:
             assert count * per == total and len(hosts) == count, (job, shapes)
-        # each run on the daemon's choice: same partition, nodes, GPUs per node
-        assert [(p, sorted(h), c, g) for p, h, c, g in shapes] == \
-            [(p, sorted(n), c, g) for p, n, c, g in planned.get(job, [])][:len(shapes)], (job, shapes, planned)
+        # each run on the daemon's choice: same partition, nodes, GPUs per node, in the order
+        # planned.  Not every planned start runs: one the other users' jobs beat to its GPUs
+        # (they are submitted just before the daemon's first round) is held again when the
+        # next plan preempts it, so the runs are a subsequence of the planned starts.
+        ran = [(p, sorted(h), c, g) for p, h, c, g in shapes]
+        plans = iter([(p, sorted(n), c, g) for p, n, c, g in planned.get(job, [])])
+        assert all(any(run == plan for plan in plans) for run in ran), (job, shapes, planned)
         if len({(c, g) for _, _, c, g in shapes}) > 1:
             reshaped += 1
             # its speeds were learned apart: consolidated (1 node) and spread (several)
