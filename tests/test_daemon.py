@@ -186,13 +186,19 @@ def test_jobs_are_preempted_moved_resumed_and_all_complete(clean, tmp_path):
     assert all(done[job]["steps_done"] and done[job]["steps_done"] > 0 for job in jobs)
 
 
-def test_dry_run_decides_but_changes_nothing(clean, tmp_path):
-    cluster = clean
+def dry_run(cluster, tmp_path) -> tuple[str, int, str]:
+    """One small job and two rounds of a `--dry-run` daemon: (job, exit code, log)."""
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
     job = submit(cluster, tmp_path, "convnet", 1, 5)
     daemon = start_daemon(config, "--dry-run", "--max-rounds", "2")
     code, log = stop_daemon(daemon) if daemon.wait(timeout=60) is None else (daemon.returncode,
                                                                              daemon.stdout.read())
+    return job, code, log
+
+
+def test_dry_run_decides_but_changes_nothing(clean, tmp_path):
+    cluster = clean
+    job, code, log = dry_run(cluster, tmp_path)
     assert code == 0, log
     assert "DRY RUN" in log and "would start" in log
     state = cluster.run(["squeue", "-h", "-j", job, "-o", "%T %r"]).stdout.split()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurm_gavel.slurm.store import SqliteStore
 from test_metrics import free_port, pick, scrape
-from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: F401 (clean: a fixture)
+from test_daemon import clean, dry_run, start_daemon, stop_daemon, submit, write_config  # noqa: F401 (clean: a fixture)
 
 KEEP = "v100-0"
 START = re.compile(r"round \d+: job (\d+): started on v100 \(partition v100, nodes v100-0; "
@@ -202,11 +202,7 @@ def test_events_in_words_from_a_real_database(tmp_path):
 
 def test_gqueue_marks_a_shadow_database_and_never_shows_a_plan_as_running(clean, tmp_path):
     cluster = clean
-    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
-    job = submit(cluster, tmp_path, "convnet", 1, 5)
-    daemon = start_daemon(config, "--dry-run", "--max-rounds", "2")
-    code, log = stop_daemon(daemon) if daemon.wait(timeout=60) is None else (daemon.returncode,
-                                                                             daemon.stdout.read())
+    job, code, log = dry_run(cluster, tmp_path)
     assert code == 0, log
     assert re.search(rf"round \d+: job {job}: started on \w+ .*\[dry run: planned, not done\]", log), log
     db = tmp_path / "gavel.db"
