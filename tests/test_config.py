@@ -57,3 +57,37 @@ def test_unreadable_files(tmp_path):
     with pytest.raises(InputError, match="not valid TOML"):
         load(bad)
     assert from_dict({}).policy == "max_min_fairness"
+
+
+# -- [entities]: the hierarchical policy's entity weights (issue 14) -----------------
+def test_entity_weights_are_read(tmp_path):
+    path = tmp_path / "gavel.toml"
+    path.write_text('policy = "hierarchical"\n[entities]\nphysics = 3\n"chem.lab" = 0.5\n')
+    c = load(path)
+    assert c.entities == {"physics": 3.0, "chem.lab": 0.5} and c.entity_weights == "config"
+    assert type(c.entities["physics"]) is float
+    path.write_text('entity_weights = "fairshare"\n')
+    assert load(path).entity_weights == "fairshare" and load(path).entities == {}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[entities]\nphysics = 0", "entities.physics: must be a weight > 0 and <= 1000000, got 0.0"),
+    ("[entities]\nphysics = -2", "entities.physics: must be a weight > 0 and <= 1000000, got -2.0"),
+    ('[entities]\nphysics = "2"', "entities.physics: must be a weight > 0 and <= 1000000, got '2'"),
+    ("[entities]\nphysics = true", "entities.physics: must be a weight > 0 and <= 1000000, got True"),
+    ("[entities]\nphysics = nan", "entities.physics: must be a weight > 0 and <= 1000000, got nan"),
+    ("[entities]\nphysics = inf", "entities.physics: must be a weight > 0 and <= 1000000, got inf"),
+    ("[entities]\nphysics = 1000001", "entities.physics: must be a weight > 0 and <= 1000000"),
+    ("[entities]\nphysics = {weight = 2}", "entities.physics: must be a weight > 0"),
+    ('[entities]\n"a b" = 1', "entities.a b: not an entity name: may use only letters, digits and . _ -"),
+    ('[entities]\n"' + "e" * 65 + '" = 1', "not an entity name: longer than 64 characters"),
+    ('entities = 3', "entities: must be a table"),
+    ('entity_weights = "slurm"', "entity_weights: must be one of config, fairshare, got 'slurm'"),
+])
+def test_bad_entity_weights_are_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "gavel.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(InputError) as err:
+        load(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text

@@ -96,11 +96,16 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
                        worker_types: Sequence[str], counts: np.ndarray, now: float,
                        prices: Mapping[str, float] | None = None,
                        gpus_per_node: np.ndarray | None = None,
-                       weight_limits: WeightLimits | None = None) -> PolicyInput:
+                       weight_limits: WeightLimits | None = None,
+                       entity_weights: Mapping[str, float] | None = None) -> PolicyInput:
     """The policy's view of the active jobs at `now` (throughputs looked up for `jobs`).
 
     With `weight_limits` the jobs' weights are capped, clamped and normalized
     first (core/weights.py), so that no job's weight can zero out the others'.
+    `entity_weights` (entity -> weight, 1 for an entity not named) are the
+    hierarchical policy's; those of the jobs' entities are divided by their
+    median (the allocation does not depend on their common scale; the solver's
+    accuracy does).
     """
     t = throughputs
     weights = (np.array([j.weight for j in jobs], dtype=float) if weight_limits is None
@@ -117,7 +122,17 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
         time_since_arrival=np.array([max(0.0, now - j.arrival_time) for j in jobs], dtype=float),
         slo=np.array([np.nan if j.slo is None else j.slo for j in jobs], dtype=float),
         unconsolidated_throughputs=t.unconsolidated, gpus_per_node=gpus_per_node,
-        pair_jobs=t.pair_jobs, pair_throughputs=t.pair_throughputs)
+        pair_jobs=t.pair_jobs, pair_throughputs=t.pair_throughputs,
+        entity_weights=_entity_weights(jobs, entity_weights))
+
+
+def _entity_weights(jobs: Sequence[JobState], weights: Mapping[str, float] | None) -> dict[str, float]:
+    """The weights of the jobs' entities, normalized by their median ({} when none are set)."""
+    if not weights:
+        return {}
+    present = {j.entity: float(weights.get(j.entity, 1.0)) for j in jobs}
+    middle = float(np.median(list(present.values()))) if present else 1.0
+    return {e: w / middle for e, w in present.items()}
 
 
 def compose(solved: Allocation | None, inp: PolicyInput) -> Allocation:
@@ -161,7 +176,8 @@ class Engine:
                  weight_limits: WeightLimits | None = None, work_conserving: bool = True,
                  hysteresis: float = DEFAULT_HYSTERESIS,
                  restart_seconds: float = DEFAULT_RESTART_SECONDS,
-                 move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True):
+                 move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
+                 entity_weights: Mapping[str, float] | None = None):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         # how much the mechanism prefers a renewed lease to a move (raises ValueError when negative)
@@ -186,6 +202,9 @@ class Engine:
         self.solve_patience = float(solve_patience)
         # Users write their jobs' weights: bounded before any policy sees them (None: as given)
         self.weight_limits = weight_limits
+        # The hierarchical policy's entity weights (entity -> weight); a change is a reset event
+        self.entity_weights: dict[str, float] = dict(entity_weights or {})
+        self._entity_weights_solved: dict[str, float] = dict(self.entity_weights)
         self._weights_noted: set[str] = set()
         self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
@@ -242,7 +261,8 @@ class Engine:
                                      if j.hold_reason or (j.placement is not None and j.placement.restricts))
         job_ids = self._seen_ids
         jobs_changed = (job_ids != self._job_ids or obs.servers != self._servers
-                        or self._seen_rules != self._rules)
+                        or self._seen_rules != self._rules
+                        or self.entity_weights != self._entity_weights_solved)
         timer = (self.recompute_seconds is not None and job_ids
                  and now - self._last_submit >= self.recompute_seconds)
         # a learning source whose estimates moved since the policy saw them (estimator)
@@ -250,6 +270,7 @@ class Engine:
         timer = timer or bool(job_ids and stale is not None and stale())
         if jobs_changed or timer:
             self._job_ids, self._servers, self._rules = job_ids, obs.servers, self._seen_rules
+            self._entity_weights_solved = dict(self.entity_weights)
             self.unschedulable = {}
             self._sizes = None
             self.input = self._policy_input(obs, now) if job_ids else None
@@ -484,7 +505,7 @@ class Engine:
         if self.weight_limits is not None:
             self._note_weights(jobs)
         return build_policy_input(jobs, obs.steps_done, table, self.worker_types, counts, now,
-                                  self.prices, per_node, self.weight_limits)
+                                  self.prices, per_node, self.weight_limits, self.entity_weights)
 
     def _note_weights(self, jobs: Sequence[JobState]) -> None:
         """Log once per job whose weight the limits changed (the admin may wonder)."""

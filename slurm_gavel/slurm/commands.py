@@ -168,6 +168,12 @@ class SlurmCLI:
                                  f"--jobs={','.join(chunk)}", f"--format={','.join(fields)}"]).stdout)
         return "".join(out)
 
+    def shares(self) -> str:
+        """Every association's fairshare shares (slurmdbd), `--parsable2` lines of
+        cluster|account|user|share (slurm/fairshare.py reads them)."""
+        return self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
+                         "format=Cluster,Account,User,Share"]).stdout
+
     # -- acting -------------------------------------------------------------------
     def update(self, ids: Iterable[str], **fields: str) -> None:
         """`scontrol update jobid=1,2 Key=value ...` for several jobs at once."""

@@ -16,6 +16,7 @@ from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
 from .commands import SIGNALS, SlurmCLI
+from .flags import entity_name_problem
 
 try:                      # Python 3.11+
     import tomllib
@@ -27,6 +28,8 @@ SHARED_CLUSTER_TRUST = Trust(shared_min_users=2)
 WEIGHT_KEYS = ("min", "max", "users", "accounts")
 SYSLOG_FACILITIES = ("daemon", "user", *(f"local{i}" for i in range(8)))
 ESTIMATOR_KEYS = ("ceiling", "max_steps_per_second", "shared_min_users", "agreement", "trusted_users")
+ENTITY_WEIGHT_SOURCES = ("config", "fairshare")
+MAX_ENTITY_WEIGHT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ class Config:
     # [estimator]: how far jobs' own throughput reports are believed (estimator/trust.py);
     # on a shared cluster a model's shared row needs two users who agree
     estimator: Trust = field(default_factory=lambda: SHARED_CLUSTER_TRUST)
+    # The hierarchical policy's entities (a job's entity: its entity= flag, else its Slurm
+    # account): [entities] name = weight; entity_weights = "fairshare" takes every account's
+    # Fairshare shares from sacctmgr (slurm/fairshare.py), [entities] entries winning over them
+    entities: Mapping[str, float] = field(default_factory=dict)
+    entity_weights: str = "config"
     source: str = ""                     # the file it came from
 
     def check(self) -> "Config":
@@ -132,9 +140,28 @@ class Config:
         if self.syslog_facility not in SYSLOG_FACILITIES:
             bad("syslog_facility", f"must be one of {', '.join(SYSLOG_FACILITIES)}, "
                                    f"got {self.syslog_facility!r}")
+        if self.entity_weights not in ENTITY_WEIGHT_SOURCES:
+            bad("entity_weights", f"must be one of {', '.join(ENTITY_WEIGHT_SOURCES)}, "
+                                  f"got {self.entity_weights!r}")
+        for name, problem in entity_problems(self.entities):
+            bad(f"entities.{name}", problem)
         if self.throughputs is not None and not Path(self.throughputs).is_file():
             bad("throughputs", f"no such file: {self.throughputs}")
         return self
+
+
+def entity_problems(entities: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(entity, problem) for each bad [entities] entry: names as the entity= flag spells them,
+    weights numbers in (0, MAX_ENTITY_WEIGHT]."""
+    out = []
+    for name, weight in entities.items():
+        problem = entity_name_problem(name)
+        if problem:
+            out.append((str(name), f"not an entity name: {problem}"))
+        elif (isinstance(weight, bool) or not isinstance(weight, (int, float))
+              or not math.isfinite(weight) or not 0 < weight <= MAX_ENTITY_WEIGHT):
+            out.append((name, f"must be a weight > 0 and <= {MAX_ENTITY_WEIGHT}, got {weight!r}"))
+    return out
 
 
 def load(path: str | Path | None) -> Config:
@@ -192,6 +219,9 @@ def from_dict(data: Mapping[str, Any], source: str = "config") -> Config:
             raise InputError(f"{source}: {key}", "must be a table")
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        if key == "entities":       # weights as floats (TOML integers too)
+            value = {k: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                     for k, v in value.items()}
         values[key] = dict(value) if isinstance(value, Mapping) else value
     return replace(Config(), source=source, **values).check()
 

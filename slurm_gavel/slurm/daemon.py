@@ -51,6 +51,7 @@ from ..policies import make_policy
 from ..core.recompute import Background
 from .backend import SlurmBackend
 from .decisions import decide
+from .fairshare import FairshareWeights
 from .lock import DatabaseLock, LockError, LockUnavailable
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
@@ -135,7 +136,9 @@ class Daemon:
                              weight_limits=config.weights, work_conserving=config.work_conserving,
                              hysteresis=config.hysteresis_rounds,
                              restart_seconds=config.restart_seconds,
-                             move_hysteresis=config.move_hysteresis_rounds)
+                             move_hysteresis=config.move_hysteresis_rounds,
+                             entity_weights=config.entities)
+        self.fairshare = self._fairshare(config)
         self._resume()
         if starts > 1:
             self.metrics.restarts.inc(starts - 1)
@@ -193,6 +196,12 @@ class Daemon:
                           on_slow=lambda s: log.warning("policy solve took %.1f s, over the budget of "
                                                         "%.0f s: new jobs ran on agnostic shares "
                                                         "meanwhile", s, config.solver_budget_seconds))
+
+    def _fairshare(self, config) -> FairshareWeights | None:
+        """Entity weights read from sacctmgr every round (entity_weights = "fairshare")."""
+        if config.entity_weights != "fairshare":
+            return None
+        return FairshareWeights(self.cli, config.entities)
 
     def _event(self, kind, job, detail):
         try:
@@ -317,6 +326,11 @@ class Daemon:
         self.throughputs.explore_rounds = new.explore_rounds
         self.throughputs.set_trust(new.estimator)
         self.engine.weight_limits = new.weights
+        if self.fairshare is not None and new.entity_weights == "fairshare":
+            self.fairshare.overrides = dict(new.entities)     # read with the shares next round
+        else:
+            self.fairshare = self._fairshare(new)
+            self.engine.entity_weights = dict(new.entities)
         self.throughputs.sample_seconds = new.round_seconds
         self.engine.round_seconds = new.round_seconds
         self.engine.prices = dict(new.prices)
@@ -339,6 +353,8 @@ class Daemon:
                 started = time.perf_counter()
                 previous = (self.engine.last_plan.assignments if self.engine.last_plan is not None
                             else self._placed_before())
+                if self.fairshare is not None:      # one sacctmgr call a round; its failure keeps the last
+                    self.engine.entity_weights = dict(self.fairshare.refresh())
                 try:
                     plan = self.engine.plan()
                 except StoreError as e:

@@ -449,6 +449,17 @@ def from_admin_comment(text: str) -> GavelFlags:
     return GavelFlags(**{_FIELD[k]: v for k, v in values.items()})
 
 
+def entity_name_problem(name) -> str:
+    """Why `name` cannot be an entity (the ``entity=`` grammar), "" when it can."""
+    if not isinstance(name, str):
+        return "must be a string"
+    try:
+        _check_entity(name)
+    except _Bad as bad:
+        return str(bad)
+    return ""
+
+
 def with_entity(flags: GavelFlags, entity: str) -> GavelFlags:
     """`flags` with `entity` filled in when it has none (the job's account)."""
     return flags if flags.entity is not None else dataclasses.replace(flags, entity=entity)
