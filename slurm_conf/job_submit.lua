@@ -43,14 +43,22 @@ keeps working for the owner.
 -- GAVEL_ADMIN_UIDS = { [0] = true, [64030] = true }
 local GAVEL_ADMIN_UIDS = { [0] = true }
 
+-- The cluster's GPU types (as in gres.conf and the daemon's partitions), to refuse an
+-- unknown name in types= at sbatch, e.g. GAVEL_GPU_TYPES = { "v100", "p100", "k80" }.
+-- nil: only the grammar is checked here, and the daemon holds a job naming an unknown
+-- type back, saying why (gqueue).
+local GAVEL_GPU_TYPES = nil
+
 -- The grammar; keep in step with slurm_gavel/flags.py.
-local KEYS = { "model", "weight", "entity", "slo", "steps", "speeds" }
+local KEYS = { "model", "weight", "entity", "slo", "steps", "speeds", "types" }
 local KNOWN = {
     model = true, weight = true, entity = true, slo = true, steps = true, speeds = true,
+    types = true,
 }
 local EXAMPLES = {
     model = "model=resnet50", weight = "weight=2", entity = "entity=physics",
     slo = "slo=36h", steps = "steps=100000", speeds = "speeds=v100:4.2,p100:2.1",
+    types = "types=v100,p100",
 }
 local UNIT_SECONDS = { s = 1, m = 60, h = 3600, d = 86400 }
 local MAX_NAME_LEN = 64
@@ -61,6 +69,8 @@ local MAX_STEPS = 1000000000000000      -- 10^15: exact in a Lua 5.1 number (dou
 local MAX_SPEED = 1000000
 local MAX_SPEEDS = 16                   -- entries in one speeds= list
 local MAX_GPU_TYPE_LEN = 32
+local MAX_TYPES = 16                    -- entries in one types= list
+local MAX_PARTITIONS = 32               -- partitions in the list given at submission
 local SHOW_LIMIT = 72                   -- items longer than this (bytes) are shortened
 local SHOW_KEEP = 64
 -- ASCII whitespace spelled out: %s depends on the C locale of slurmctld.
@@ -273,9 +283,92 @@ local function check_speeds(value)
     return list
 end
 
+-- Split on every comma, keeping empty entries (gmatch would drop them).
+local function split_commas(value)
+    local out, start = {}, 1
+    while true do
+        local comma = string.find(value, ",", start, true)
+        if comma == nil then
+            table.insert(out, string.sub(value, start))
+            return out
+        end
+        table.insert(out, string.sub(value, start, comma - 1))
+        start = comma + 1
+    end
+end
+
+local function sorted_keys(set)
+    local list = {}
+    for name in pairs(set) do table.insert(list, name) end
+    table.sort(list, bytes_less)
+    return list
+end
+
+-- "TYPE,...": returns the sorted list of types, or nil, problem.
+local function check_types(value)
+    local example = EXAMPLES.types
+    local known
+    if GAVEL_GPU_TYPES ~= nil then
+        known = {}
+        for _, name in ipairs(GAVEL_GPU_TYPES) do known[name] = true end
+    end
+    local seen = {}
+    for index, entry in ipairs(split_commas(value)) do
+        if entry == "" then
+            return nil, "empty entry (a stray comma), e.g. " .. example
+        end
+        if index > MAX_TYPES then
+            return nil, "at most " .. MAX_TYPES .. " GPU types"
+        end
+        local ok, problem = check_gpu_type(entry)
+        if ok == nil then
+            return nil, problem
+        end
+        if known ~= nil and not known[entry] then
+            return nil, "unknown GPU type " .. entry .. " (this cluster has "
+                        .. table.concat(sorted_keys(known), ", ") .. ")"
+        end
+        if seen[entry] then
+            return nil, "GPU type " .. entry .. " is given twice"
+        end
+        seen[entry] = true
+    end
+    return sorted_keys(seen)
+end
+
+-- The partition list given at submission: sorted, duplicates and empty entries
+-- dropped; nil (no list) or nil, problem.
+local function check_partitions(value)
+    local seen, count = {}, 0
+    for _, name in ipairs(split_commas(value)) do
+        if name ~= "" then
+            count = count + 1
+            seen[name] = true
+        end
+    end
+    if count > MAX_PARTITIONS then
+        return nil, "at most " .. MAX_PARTITIONS .. " partitions"
+    end
+    for _, name in ipairs(split_commas(value)) do
+        if name ~= "" then
+            if not string.find(name, "^[A-Za-z0-9._%-]+$") then
+                return nil, "partition " .. shown(name) .. " may use only letters, digits and . _ -"
+            end
+            if #name > MAX_NAME_LEN then
+                return nil, "partition " .. shown(name) .. " is longer than " .. MAX_NAME_LEN
+                            .. " characters"
+            end
+        end
+    end
+    if count == 0 then
+        return nil
+    end
+    return sorted_keys(seen)
+end
+
 local CHECKS = {
     model = check_model, weight = check_weight, entity = check_entity,
-    slo = check_slo, steps = check_steps, speeds = check_speeds,
+    slo = check_slo, steps = check_steps, speeds = check_speeds, types = check_types,
 }
 
 -- "%.6f" without trailing zeros (and point): the same text flags.py writes.
@@ -301,12 +394,16 @@ local function admin_comment(values)
         end
         table.insert(parts, "speeds=" .. table.concat(entries, ","))
     end
+    if values.types then table.insert(parts, "types=" .. table.concat(values.types, ",")) end
+    if values.partitions then
+        table.insert(parts, "partitions=" .. table.concat(values.partitions, ","))
+    end
     return table.concat(parts, " ")
 end
 
 -- Parse a gavel comment: returns the canonical admin comment, or nil and the
 -- one-line message for the user (the first bad item, left to right).
-local function parse_flags(comment, default_entity)
+local function parse_flags(comment, default_entity, partition)
     local values = {}
     local rest = string.sub(comment, 6)
     for item in string.gmatch(rest, "[^" .. WS_CHARS .. "]+") do
@@ -338,6 +435,13 @@ local function parse_flags(comment, default_entity)
             return fail(problem)
         end
         values[key] = parsed
+    end
+    if type(partition) == "string" then
+        local parsed, problem = check_partitions(partition)
+        if parsed == nil and problem ~= nil then
+            return nil, "gavel flags: " .. shown("--partition=" .. partition) .. ": " .. problem
+        end
+        values.partitions = parsed
     end
     if values.entity == nil and type(default_entity) == "string" then
         -- An account name the grammar cannot carry is left out, as in flags.py.
@@ -469,7 +573,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if account == nil then
         account = job_desc.default_account
     end
-    local canonical, message = parse_flags(comment, account)
+    local canonical, message = parse_flags(comment, account, job_desc.partition)
     if canonical == nil then
         -- log_user formats its first argument: never pass user text as the format.
         slurm.log_user("%s", message)

@@ -30,7 +30,7 @@ PLUGIN = ROOT / "slurm_conf" / "job_submit.lua"
 DRIVER = ROOT / "tests" / "lua" / "driver.lua"
 
 UNIT = "(s, m, h or d)"
-KNOWN = "(known keys: model, weight, entity, slo, steps, speeds)"
+KNOWN = "(known keys: model, weight, entity, slo, steps, speeds, types)"
 SPEEDS_EG = "e.g. speeds=v100:4.2,p100:2.1"
 
 
@@ -460,9 +460,9 @@ def luas():
     return LUAS
 
 
-def run_driver(lua, args):
+def run_driver(lua, args, plugin=PLUGIN):
     """Run tests/lua/driver.lua with the plugin and ARGs; one dict per submit/modify."""
-    proc = subprocess.run([lua, str(DRIVER), str(PLUGIN), *args], capture_output=True,
+    proc = subprocess.run([lua, str(DRIVER), str(plugin), *args], capture_output=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     lines = proc.stdout.decode("utf-8", "surrogateescape").split("\n")
@@ -491,6 +491,107 @@ def lua_result(out):
     assert out["writes"] == {"admin_comment": out["writes"]["admin_comment"],
                              "priority": 0, "requeue": 1}, out
     return out["writes"]["admin_comment"]
+
+
+# -- types= and the partition list given at submission (issue 14) ------------------------
+CLUSTER_TYPES = ("k80", "p100", "v100")
+TYPES_EG = "e.g. types=v100,p100"
+HAS = "(this cluster has k80, p100, v100)"
+SEVENTEEN = ",".join(f"g{i:02d}" for i in range(17))
+MANY_PARTS = ",".join(f"p{i}" for i in range(33))
+# (comment, partition list given at submission or None, the cluster's types known, expected)
+TYPE_CASES = [
+    ("gavel types=v100,p100", None, False, "gavel:v1 weight=1 types=p100,v100"),
+    ("gavel types=v100,p100", None, True, "gavel:v1 weight=1 types=p100,v100"),
+    ("gavel types=k80 model=m", None, True, "gavel:v1 model=m weight=1 types=k80"),
+    ("gavel types=a100", None, False, "gavel:v1 weight=1 types=a100"),      # the daemon checks it
+    ("gavel types=B,a_b,ab,a-b", None, False, "gavel:v1 weight=1 types=B,a-b,a_b,ab"),
+    ("gavel types=" + ",".join(f"g{i:02d}" for i in range(16)), None, False,
+     "gavel:v1 weight=1 types=" + ",".join(f"g{i:02d}" for i in range(16))),
+    ("gavel types=a100", None, True, err("types=a100", f"unknown GPU type a100 {HAS}")),
+    ("gavel types=v100,a100", None, True, err("types=v100,a100", f"unknown GPU type a100 {HAS}")),
+    ("gavel types=V100", None, True, err("types=V100", f"unknown GPU type V100 {HAS}")),
+    ("gavel types=a100,a100", None, True, err("types=a100,a100", f"unknown GPU type a100 {HAS}")),
+    ("gavel types=v100,v100", None, True, err("types=v100,v100", "GPU type v100 is given twice")),
+    ("gavel types=v100,v100", None, False, err("types=v100,v100", "GPU type v100 is given twice")),
+    ("gavel types=", None, False, err("types=", f"empty value, {TYPES_EG}")),
+    ("gavel types=v100,", None, True, err("types=v100,", f"empty entry (a stray comma), {TYPES_EG}")),
+    ("gavel types=,", None, False, err("types=,", f"empty entry (a stray comma), {TYPES_EG}")),
+    ("gavel types=v100,,k80", None, False, err("types=v100,,k80", f"empty entry (a stray comma), {TYPES_EG}")),
+    ("gavel types=v/100", None, True, err("types=v/100", "GPU type v/100 may use only letters, digits and . _ -")),
+    ("gavel types=v100:1", None, False, err("types=v100:1", "GPU type v100:1 may use only letters, digits and . _ -")),
+    ("gavel types=" + "t" * 33, None, False,
+     err("types=" + "t" * 33, "GPU type " + "t" * 33 + " is longer than 32 characters")),
+    ("gavel types=" + SEVENTEEN, None, False, err(short("types=" + SEVENTEEN), "at most 16 GPU types")),
+    ("gavel types=k80 types=k80", None, False, err("types=k80", "types is given twice")),
+    # the partition list (sbatch -p)
+    ("gavel", "v100,p100", False, "gavel:v1 weight=1 partitions=p100,v100"),
+    ("gavel model=m types=k80", "k80", True, "gavel:v1 model=m weight=1 types=k80 partitions=k80"),
+    ("gavel", "p100,,p100,", False, "gavel:v1 weight=1 partitions=p100"),
+    ("gavel", "", False, "gavel:v1 weight=1"),
+    ("gavel", ",", False, "gavel:v1 weight=1"),
+    ("gavel", "a b", False, err("--partition=a b", "partition a b may use only letters, digits and . _ -")),
+    ("gavel slo=36", "a b", False, err("slo=36", f"needs a unit {UNIT}, e.g. slo=36h")),
+    ("gavel", "p" * 65, False,
+     err(short("--partition=" + "p" * 65), "partition " + "p" * 65 + " is longer than 64 characters")),
+    ("gavel", MANY_PARTS, False, err(short("--partition=" + MANY_PARTS), "at most 32 partitions")),
+    ("not gavel", "v100", True, None),
+]
+
+
+def python_typed(comment, partition, known):
+    if not is_gavel_comment(comment):
+        return None
+    try:
+        return to_admin_comment(parse_comment(comment, None, CLUSTER_TYPES if known else None, partition))
+    except FlagError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("comment,partition,known,expected", TYPE_CASES)
+def test_python_types_and_partitions(comment, partition, known, expected):
+    assert python_typed(comment, partition, known) == expected
+    if expected is not None and expected.startswith("gavel:v1"):
+        assert from_admin_comment(expected) == parse_comment(
+            comment, None, CLUSTER_TYPES if known else None, partition)
+
+
+def test_types_fields():
+    f = parse_comment("gavel types=v100,k80", partition="v100,p100")
+    assert f.types == ("k80", "v100") and f.partitions == ("p100", "v100")
+    assert GavelFlags(types=["v100", "k80"]) == GavelFlags(types=("k80", "v100"))
+    assert from_admin_comment("gavel:v1 weight=1").types is None
+    for bad in (dict(types=()), dict(types="v100"), dict(types=("a b",)), dict(types=("v100", "v100")),
+                dict(partitions=()), dict(partitions=("a b",)), dict(types=(3,))):
+        with pytest.raises(InputError):
+            GavelFlags(**bad)
+    with pytest.raises(InputError) as caught:
+        from_admin_comment("gavel:v1 partitions=")
+    assert caught.value.field == "admin_comment.partitions"
+
+
+def plugin_with_types(tmp_path) -> pathlib.Path:
+    """The plugin as an administrator edits it: GAVEL_GPU_TYPES lists the cluster's types."""
+    text = PLUGIN.read_text()
+    assert text.count("local GAVEL_GPU_TYPES = nil\n") == 1
+    edited = tmp_path / "job_submit.lua"
+    edited.write_text(text.replace("local GAVEL_GPU_TYPES = nil\n",
+                                   'local GAVEL_GPU_TYPES = { "v100", "p100", "k80" }\n'))
+    return edited
+
+
+def test_lua_same_types_and_partition_cases(lua, tmp_path):
+    edited = plugin_with_types(tmp_path)
+    for known, plugin in ((False, PLUGIN), (True, edited)):
+        cases = [c for c in TYPE_CASES if c[2] == known]
+        args = ["set:tres_per_node=gres:gpu:1", "unset:account"]
+        for comment, partition, _, _ in cases:
+            args.append(f"set:partition={partition}" if partition is not None else "unset:partition")
+            args.append(f"submit:{comment}")
+        outs = run_driver(lua, args, plugin)
+        assert len(outs) == len(cases)
+        for (comment, partition, _, expected), out in zip(cases, outs):
+            assert lua_result(out) == expected, (comment, partition, known)
 
 
 def test_lua_same_cases(lua):

@@ -280,7 +280,9 @@ def test_owner_cannot_release_or_move_but_can_cancel(jobs, user):
         assert r.returncode != 0, (args, r.stdout, r.stderr)
     job = jobs.info(job_id)
     assert _state(job) == "PENDING" and _number(job["priority"]) == 0
-    assert job["partition"] == "v100" and job["admin_comment"] == "gavel:v1 model=resnet50 weight=1"
+    # the partition given at submission is kept: the daemon starts the job there only
+    assert job["partition"] == "v100"
+    assert job["admin_comment"] == "gavel:v1 model=resnet50 weight=1 partitions=v100"
 
     # root places it: another partition, then release; it runs there
     move_job(jobs.run, job_id, "p100")

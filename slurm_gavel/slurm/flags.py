@@ -37,7 +37,21 @@ speeds=v100:4.2,p100:2.1"``):
               each one whole (type, then number) before the next; a repeated type
               is reported at its second entry.
 
+  ``types``   the GPU types the job accepts (it is never given a share of, nor started on,
+              any other): a comma-separated list of 1 to 16 GPU types as in ``speeds``
+              (``types=v100,p100``), each at most once, no empty entries. Where the
+              administrator listed the cluster's types (``GAVEL_GPU_TYPES`` in
+              job_submit.lua; ``gpu_types`` here) a type not among them is an error;
+              the daemon checks again against the types it schedules.
+
   Numbers are plain decimals (``2``, ``0.5``, ``.5``, ``5.``): no sign, no exponent.
+
+The partition list given at submission (``sbatch -p v100,p100``: the plugin's
+``job_desc.partition``, ``partition`` here; nothing when the job was submitted
+without one) is kept too, as ``partitions``: the daemon then starts the job only
+on those partitions' GPU types. Entries are separated by commas (empty ones
+skipped), each 1-64 characters of ``A-Z a-z 0-9 . _ -``, at most 32 of them;
+a bad one is reported as ``--partition=<list>`` after every comment item.
 
 Every mistake raises `FlagError` (an `InputError`) whose text is the one line
 shown to the user at ``sbatch``: ``gavel flags: <item>: <why>``, for example
@@ -47,13 +61,14 @@ item (left to right) is reported.
 Canonical form (what the plugin stores in the job's AdminComment, and what the
 daemon reads back with `from_admin_comment`)::
 
-    gavel:v1 model=resnet50 weight=2 entity=physics slo=129600 steps=100000 speeds=p100:2.1,v100:4.2
+    gavel:v1 model=resnet50 weight=2 entity=physics slo=129600 steps=100000 speeds=p100:2.1,v100:4.2 types=p100,v100 partitions=p100,v100
 
 Keys in that order, separated by one space, ``weight`` always present, the others
 only when set; ``slo`` in whole seconds; ``weight`` and each speed printed with
 ``%.6f`` and their trailing zeros (and point) removed; ``speeds`` entries sorted
 by GPU type, bytewise (ASCII order: digits, upper case, lower case; the plugin
-does not use Lua's locale-dependent string order). `to_admin_comment` and
+does not use Lua's locale-dependent string order); ``types`` and ``partitions``
+sorted the same way, duplicates of a partition dropped. `to_admin_comment` and
 `from_admin_comment` round-trip exactly. AdminComments written before ``speeds``
 existed read as before, with ``speeds`` None.
 
@@ -70,9 +85,10 @@ from typing import Optional
 
 from ..core.errors import InputError
 
-KEYS = ("model", "weight", "entity", "slo", "steps", "speeds")
+KEYS = ("model", "weight", "entity", "slo", "steps", "speeds", "types")
 EXAMPLES = {"model": "model=resnet50", "weight": "weight=2", "entity": "entity=physics",
-            "slo": "slo=36h", "steps": "steps=100000", "speeds": "speeds=v100:4.2,p100:2.1"}
+            "slo": "slo=36h", "steps": "steps=100000", "speeds": "speeds=v100:4.2,p100:2.1",
+            "types": "types=v100,p100"}
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_NAME_LEN = 64
 MAX_WEIGHT = 1_000_000
@@ -82,6 +98,8 @@ MAX_STEPS = 10 ** 15
 MAX_SPEED = 1_000_000
 MAX_SPEEDS = 16          # entries in one speeds= list
 MAX_GPU_TYPE_LEN = 32
+MAX_TYPES = 16           # entries in one types= list
+MAX_PARTITIONS = 32      # partitions in the list given at submission
 ADMIN_PREFIX = "gavel:"
 ADMIN_VERSION = "gavel:v1"
 
@@ -130,6 +148,10 @@ class GavelFlags:
     # The throughput hint: ((gpu type, steps per second), ...) sorted by type, or
     # None. Any mapping or iterable of pairs is accepted and normalized to this.
     speeds: Optional[tuple[tuple[str, float], ...]] = None
+    # The GPU types it accepts (types=), and the partitions it was submitted to (-p):
+    # sorted tuples of names, or None (no restriction).
+    types: Optional[tuple[str, ...]] = None
+    partitions: Optional[tuple[str, ...]] = None
 
     def __post_init__(self):
         # Checked here (not only in the parser) so that any GavelFlags, however
@@ -161,6 +183,21 @@ class GavelFlags:
                 raise InputError(name, f"must be between {low} and {high}")
         if self.speeds is not None:
             object.__setattr__(self, "speeds", _normalize_speeds(self.speeds))
+        for name, check, most in (("types", _check_gpu_type, MAX_TYPES),
+                                  ("partitions", _check_partition, MAX_PARTITIONS)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, (str, bytes)) or not all(isinstance(v, str) for v in value):
+                raise InputError(name, "must be a list of names")
+            names = sorted(set(value))
+            if name == "types" and len(names) != len(value):
+                raise InputError(name, "a GPU type is given twice")
+            if not 1 <= len(names) <= most:
+                raise InputError(name, f"must have 1 to {most} entries (None for any)")
+            for v in names:
+                _wrap(name, check, v)
+            object.__setattr__(self, name, tuple(names))
 
     def speed_map(self) -> dict:
         """The throughput hint as {gpu type: steps per second} ({} when none)."""
@@ -290,6 +327,49 @@ def _check_gpu_type(value: str) -> str:
     return value
 
 
+def _check_types(value: str, known=None) -> tuple:
+    """``TYPE,...`` -> (type, ...) sorted; with `known` (the cluster's types) only those."""
+    example = EXAMPLES["types"]
+    seen: set = set()
+    for index, entry in enumerate(value.split(","), 1):
+        if entry == "":
+            raise _Bad(f"empty entry (a stray comma), e.g. {example}")
+        if index > MAX_TYPES:
+            raise _Bad(f"at most {MAX_TYPES} GPU types")
+        _check_gpu_type(entry)
+        if known is not None and entry not in known:
+            raise _Bad(f"unknown GPU type {entry} (this cluster has {', '.join(sorted(known))})")
+        if entry in seen:
+            raise _Bad(f"GPU type {entry} is given twice")
+        seen.add(entry)
+    return tuple(sorted(seen))
+
+
+def _check_partition(value: str) -> str:
+    if not _ENTITY.fullmatch(value):
+        raise _Bad(f"partition {_shown(value)} may use only letters, digits and . _ -")
+    if len(value) > MAX_NAME_LEN:
+        raise _Bad(f"partition {_shown(value)} is longer than {MAX_NAME_LEN} characters")
+    return value
+
+
+def _check_partitions(value: str) -> tuple:
+    """The submission's ``a,b`` partition list -> (a, b) sorted, duplicates and empties dropped."""
+    names = [p for p in value.split(",") if p != ""]
+    if len(names) > MAX_PARTITIONS:
+        raise _Bad(f"at most {MAX_PARTITIONS} partitions")
+    for p in names:
+        _check_partition(p)
+    return tuple(sorted(set(names)))
+
+
+def _check_admin_partitions(value: str) -> tuple:
+    names = _check_partitions(value)
+    if not names:
+        raise _Bad("empty partition list")
+    return names
+
+
 def _check_speeds(value: str) -> tuple:
     """``TYPE:NUMBER,...`` -> ((type, speed), ...) sorted by type."""
     example = EXAMPLES["speeds"]
@@ -332,10 +412,11 @@ def _check_seconds(value: str) -> int:
 
 
 _USER_CHECKS = {"model": _check_model, "weight": _check_weight, "entity": _check_entity,
-                "slo": _check_slo, "steps": _check_steps, "speeds": _check_speeds}
-_ADMIN_CHECKS = dict(_USER_CHECKS, slo=_check_seconds)
+                "slo": _check_slo, "steps": _check_steps, "speeds": _check_speeds,
+                "types": _check_types}
+_ADMIN_CHECKS = dict(_USER_CHECKS, slo=_check_seconds, partitions=_check_admin_partitions)
 _FIELD = {"model": "model", "weight": "weight", "entity": "entity", "slo": "slo_seconds",
-          "steps": "steps", "speeds": "speeds"}
+          "steps": "steps", "speeds": "speeds", "types": "types", "partitions": "partitions"}
 
 
 def _wrap(field: str, check, value: str):
@@ -367,11 +448,14 @@ def is_gavel_comment(text: Optional[str]) -> bool:
         len(text) == 5 or text[5] in _WS)
 
 
-def parse_comment(text: str, default_entity: Optional[str] = None) -> GavelFlags:
+def parse_comment(text: str, default_entity: Optional[str] = None, gpu_types=None,
+                  partition: Optional[str] = None) -> GavelFlags:
     """The flags of a gavel comment (see the module docstring); raises `FlagError`.
 
     `default_entity` (the job's Slurm account) is used when the comment names no
     entity and is itself a valid entity name; otherwise entity stays None.
+    `gpu_types` (the cluster's, when known) are the names ``types=`` may use;
+    `partition` is the partition list the job was submitted to (None: none given).
     """
     if not is_gavel_comment(text):
         raise FlagError("comment", "must start with the word gavel")
@@ -390,9 +474,17 @@ def parse_comment(text: str, default_entity: Optional[str] = None) -> GavelFlags
         if value == "":
             raise FlagError(shown, f"empty value, e.g. {EXAMPLES[key]}")
         try:
-            values[key] = _USER_CHECKS[key](value)
+            values[key] = (_check_types(value, gpu_types) if key == "types"
+                           else _USER_CHECKS[key](value))
         except _Bad as bad:
             raise FlagError(shown, str(bad)) from None
+    if isinstance(partition, str):
+        try:
+            values["partitions"] = _check_partitions(partition) or None
+        except _Bad as bad:
+            raise FlagError(_shown(f"--partition={partition}"), str(bad)) from None
+        if values["partitions"] is None:
+            del values["partitions"]
     if "entity" not in values and isinstance(default_entity, str):
         try:
             values["entity"] = _check_entity(default_entity)
@@ -415,6 +507,10 @@ def to_admin_comment(flags: GavelFlags) -> str:
         parts.append(f"steps={flags.steps}")
     if flags.speeds is not None:
         parts.append("speeds=" + ",".join(f"{t}:{_format_weight(v)}" for t, v in flags.speeds))
+    if flags.types is not None:
+        parts.append("types=" + ",".join(flags.types))
+    if flags.partitions is not None:
+        parts.append("partitions=" + ",".join(flags.partitions))
     return " ".join(parts)
 
 
