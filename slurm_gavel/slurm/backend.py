@@ -59,7 +59,7 @@ from ..job.progress import candidate_paths, parse_records, summary
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
-from .feasibility import judge
+from .feasibility import accepts, judge
 from .userfiles import UserFiles
 
 log = logging.getLogger("slurm_gavel.slurm")
@@ -407,6 +407,8 @@ class SlurmBackend:
                 bad[job_id] = f"bad flags: {e.problem}"
                 continue
             placement, hold = self._where(j, now)
+            if not hold:        # the types it accepts (types=, the partitions it was submitted to)
+                placement, hold = accepts(flags, placement, self._nodes, self._type_of)
             if hold:
                 holds[job_id] = hold
             sizes[job_id] = self._held_gpus(j, placement)

@@ -11,18 +11,23 @@ may run on any type with nodes enough to hold N in equal parts (Slurm gives a
 job one GPU count per node): its placement says so (`same_gpus_per_server`).
 A job asking GPUs per node on several nodes without a total keeps its shape,
 which the mechanism cannot plan: it is not planned, and says how to submit it.
+What the user restricted at submission narrows it further (`accepts`): the GPU
+types of ``types=`` and of the partition list given with ``sbatch -p`` (kept in
+the flags as ``partitions``); ``--constraint`` is a node's features, checked with
+the rest of the request (``a``, ``a&b``, ``a|b``).
 Pure functions over `records` values: no Slurm calls.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from ..core.mechanism import Placement
 from .records import SlurmJob, SlurmNode
 
 _SIMPLE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-]+(?:[&,][A-Za-z0-9_.\-]+)*$")
+_ANY_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-]+(?:\|[A-Za-z0-9_.\-]+)+$")   # a|b: one of them
 
 
 def node_refuses(job: SlurmJob, node: SlurmNode, gpus: bool = True) -> str:
@@ -40,6 +45,9 @@ def node_refuses(job: SlurmJob, node: SlurmNode, gpus: bool = True) -> str:
         missing = [f for f in re.split(r"[&,]", job.features) if f not in node.features]
         if missing:
             return f"constraint {job.features!r}: {node.name} lacks {', '.join(missing)}"
+    elif job.features and _ANY_CONSTRAINT.match(job.features):
+        if not set(job.features.split("|")) & set(node.features):
+            return f"constraint {job.features!r}: {node.name} has none of them"
     # (required nodes are not checked: the daemon itself sets them when it places a job)
     if node.name in job.excluded_nodes:
         return f"{node.name} is excluded by the job"
@@ -128,4 +136,39 @@ def _judge_reshapeable(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Ma
                              servers=frozenset(fitting), same_gpus_per_server=True))
 
 
-__all__ = ["Verdict", "equal_split", "judge", "node_refuses"]
+def accepts(flags, placement: Placement, nodes: Sequence[SlurmNode],
+            type_of: Mapping[str, str | None]) -> tuple[Placement, str]:
+    """`placement` narrowed to the GPU types the job accepts (its ``types=`` flag, the
+    types of the partitions it was submitted to), or why it cannot run anywhere
+    (`type_of`: node -> the GPU type the scheduler runs there)."""
+    if flags.types is None and flags.partitions is None:
+        return placement, ""
+    known = sorted({t for t in type_of.values() if t})
+    allowed: set[str] | None = None
+    if flags.types is not None:
+        unknown = [t for t in flags.types if t not in known]
+        if unknown:
+            return placement, (f"types={','.join(flags.types)}: unknown GPU type {unknown[0]} "
+                               f"(this cluster has {', '.join(known)}): resubmit with known types")
+        allowed = set(flags.types)
+    if flags.partitions is not None:
+        theirs = {type_of.get(n.name) for n in nodes if set(n.partitions) & set(flags.partitions)}
+        theirs.discard(None)
+        if not theirs:
+            return placement, (f"submitted to partition {','.join(flags.partitions)}, where the "
+                               f"scheduler has no GPUs (its GPU types: {', '.join(known)})")
+        allowed = theirs if allowed is None else allowed & theirs
+        if not allowed:
+            return placement, (f"types={','.join(flags.types)} and partition "
+                               f"{','.join(flags.partitions)} share no GPU type")
+    fits = placement.worker_types if placement.worker_types is not None else set(known)
+    types = frozenset(fits) & frozenset(allowed)
+    if not types:
+        return placement, (f"accepts only {', '.join(sorted(allowed))}, and fits no node there")
+    servers = placement.servers
+    if servers is not None:
+        servers = frozenset(n for n in servers if type_of.get(n) in types)
+    return replace(placement, worker_types=types, servers=servers), ""
+
+
+__all__ = ["Verdict", "accepts", "equal_split", "judge", "node_refuses"]

@@ -31,6 +31,7 @@ COLUMNS = {
     "progress": "STEPS", "reason": "REASON",
     # optional (-o): what the policy was told each type runs the job at, and where from
     "throughput": "STEPS/S", "estimate": "ESTIMATE",
+    "types": "TYPES",      # the GPU types it may run on (types=, sbatch -p, what fits it)
 }
 KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fingerprint": "f",
              "explore": "?", "mean": "?", "default": "?"}
@@ -105,6 +106,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             "throughput": {t: {"steps_per_second": est[t]["steps_per_second"], "kind": est[t]["kind"],
                                "confidence": est[t]["confidence"]} for t in worker_types if t in est},
             "estimate": (f"{phase} (like {proxy})" if phase == "fingerprint" and proxy else phase),
+            "types": j["types"].split(",") if j.get("types") else None,     # None: any
         })
     return out, worker_types
 
@@ -156,6 +158,8 @@ def _cell(row: dict, key: str, worker_types: list[str]) -> str:
                         if t in v else "-" for t in worker_types) if v else "-"
     if key == "priority":
         return _number(v)
+    if key == "types":
+        return ",".join(v) if v else "any"
     if v is None or v == "":
         return "-"          # keeps the columns aligned for `awk` and friends
     return str(v)

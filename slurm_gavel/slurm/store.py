@@ -166,7 +166,13 @@ def _v5(db: sqlite_utils.Database):
     db["engine_state"].create({"id": int, "time": float, "state": str}, pk="id")
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5]
+def _v6(db: sqlite_utils.Database):
+    """The GPU types a job may run on (issue 14: types=, sbatch -p, what fits it), for gqueue:
+    comma-separated, NULL for any."""
+    db["jobs"].add_column("types", str)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 
 
 def _finite(v):
@@ -349,7 +355,10 @@ class SqliteStore:
                          "model": j.job_type, "scale_factor": j.scale_factor, "weight": j.weight,
                          "entity": j.entity, "slo": _finite(j.slo), "steps": _finite(j.total_steps),
                          "submitted": j.arrival_time, "last_seen": time_, "state": "active",
-                         "steps_done": _finite(obs.steps_done.get(j.id))})
+                         "steps_done": _finite(obs.steps_done.get(j.id)),
+                         "types": (",".join(sorted(j.placement.worker_types))
+                                   if j.placement is not None and j.placement.worker_types is not None
+                                   else None)})
         with self._tx():
             known = {r[0] for r in self.db.execute("select id from jobs where state = 'active'")}
             new = [r for r in rows if r["id"] not in known
