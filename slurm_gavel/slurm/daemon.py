@@ -47,7 +47,7 @@ from ..core.engine import FILLING, Engine
 from ..core.mechanism import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
-from ..policies import make_policy
+from ..policies import make_policy, resolve
 from ..core.recompute import Background
 from .backend import SlurmBackend
 from .decisions import decide
@@ -199,6 +199,10 @@ class Daemon:
 
     def _fairshare(self, config) -> FairshareWeights | None:
         """Entity weights read from sacctmgr every round (entity_weights = "fairshare")."""
+        if (config.entities or config.entity_weights == "fairshare") and \
+                resolve(config.policy).policy != "hierarchical":
+            log.warning("entity weights are used by the hierarchical policy only (policy %s "
+                        "ignores them)", config.policy)
         if config.entity_weights != "fairshare":
             return None
         return FairshareWeights(self.cli, config.entities)

@@ -1,9 +1,10 @@
 """`slurm-gavel submit TEMPLATE`: render a job template and submit it with sbatch.
 
     slurm-gavel submit resnet50 --steps 2000 --gpus 1 --weight 2 --slo 36h \
-        --speeds v100:4.2,p100:2.1 -- --partition v100
+        --speeds v100:4.2,p100:2.1 -- --mail-type=END
 
-Everything after ``--`` goes to sbatch unchanged. The script is rendered by
+Everything after ``--`` goes to sbatch unchanged (a ``--partition`` list there
+restricts the job to those partitions' GPU types, docs/flags.md). The script is rendered by
 `slurm_gavel.slurm.jobscript.render` (a pure function) and passed to ``sbatch
 --parsable`` on standard input, with an argument list (no shell); the job runs
 in the current directory, which also holds its checkpoints and progress
