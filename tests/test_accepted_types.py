@@ -97,6 +97,7 @@ def test_constraint_features_pick_the_nodes(constraint, fits):
 
 # -- on the real cluster -----------------------------------------------------------------
 import json                                                              # noqa: E402
+import re                                                                # noqa: E402
 import time                                                              # noqa: E402
 
 from slurm_gavel.slurm.queue import main as gqueue                       # noqa: E402
@@ -148,3 +149,63 @@ def test_a_job_runs_only_on_the_types_it_accepts_while_faster_ones_are_free(clea
     line = next(line for line in table if line.split()[0] == unknown)
     assert why in line
     assert "job %s is not planned: %s" % (unknown, why) in log
+
+
+def test_an_unknown_type_is_refused_at_sbatch_when_the_plugin_lists_the_types(clean, tmp_path):
+    """The administrator's edit of job_submit.lua (GAVEL_GPU_TYPES), on the real slurmctld:
+    it reloads the script when its modification time changes."""
+    import os
+    cluster = clean
+    lua = cluster.directory / "job_submit.lua"
+    original = lua.read_text()
+    assert original.count("local GAVEL_GPU_TYPES = nil\n") == 1
+    stat = lua.stat()
+    try:
+        lua.write_text(original.replace("local GAVEL_GPU_TYPES = nil\n",
+                                        'local GAVEL_GPU_TYPES = { "v100", "p100", "k80" }\n'))
+        os.utime(lua, (stat.st_atime, stat.st_mtime + 5))
+        refused = cluster.run(["sbatch", "--comment", "gavel model=convnet types=a100,k80",
+                               "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true"], check=False)
+        accepted = cluster.run(["sbatch", "--parsable", "--comment", "gavel types=k80,v100",
+                                "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true"], check=False)
+    finally:
+        lua.write_text(original)
+        os.utime(lua, (stat.st_atime, stat.st_mtime + 10))
+    assert refused.returncode != 0
+    assert ("gavel flags: types=a100,k80: unknown GPU type a100 (this cluster has k80, p100, v100)"
+            in refused.stderr), refused.stderr
+    assert accepted.returncode == 0, accepted.stderr
+    job = accepted.stdout.strip().split(";")[0]
+    shown = cluster.run(["scontrol", "show", "job", job]).stdout
+    assert re.search(r"AdminComment=gavel:v1 weight=1( entity=\S+)? types=k80,v100\s", shown), shown
+
+
+def test_a_constraint_on_node_features_keeps_the_job_on_those_types(clean, tmp_path):
+    """Nodes carrying a feature per GPU type (set here at run time, as `Features=` in
+    slurm.conf would): --constraint="p100|k80" never runs on the faster, free v100s, and
+    is not first planned there (no start Slurm refuses, no backoff)."""
+    cluster = clean
+    nodes = {t: f"{t}-[0-1]" for t in ("v100", "p100", "k80")}
+    try:
+        for t, names in nodes.items():
+            cluster.run(["scontrol", "update", f"nodename={names}", f"availablefeatures={t}",
+                         f"activefeatures={t}"])
+        config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+        job = submit(cluster, tmp_path, "convnet", 1, 8, extra=["--constraint=p100|k80"])
+        daemon = start_daemon(config)
+        try:
+            deadline = time.time() + 90
+            while "done at" not in _read(tmp_path / f"out-{job}.txt"):
+                assert daemon.poll() is None, daemon.communicate()[0][-3000:]
+                assert time.time() < deadline, queue(cluster)
+                time.sleep(1)
+        finally:
+            code, log = stop_daemon(daemon)
+    finally:
+        for names in nodes.values():
+            cluster.run(["scontrol", "update", f"nodename={names}", "activefeatures=",
+                         "availablefeatures="], check=False)
+    assert code == 0, log[-3000:]
+    ran = [p for p, _ in segments(tmp_path, job)]
+    assert ran and set(ran) <= {"p100", "k80"}, (ran, log[-3000:])
+    assert "did not start" not in log and "started on v100" not in log, log[-3000:]
