@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -105,6 +106,11 @@ def test_a_partition_the_jobs_account_may_not_use_is_left_out_of_its_row(slurm_a
                  f"cluster={CLUSTER_NAME}"])
     config = write_config(tmp_path, cluster, round_seconds=5, tick_seconds=1)
     job = submit(cluster, tmp_path, "convnet", 1, 8, extra=["--account=gavel-k80only", "--partition=k80"])
+    # The -p list restricts a gavel job to it (job_submit.lua keeps it as partitions=k80):
+    # an administrator drops it here, so that the daemon learns the refusal from Slurm.
+    shown = cluster.run(["scontrol", "show", "job", job]).stdout
+    admin = re.search(r"AdminComment=(gavel:v1 [^\n]*?) partitions=k80(?=\s)", shown).group(1)
+    cluster.run(["scontrol", "update", f"jobid={job}", f"admincomment={admin}"])
     daemon = start_daemon(config)
     try:
         deadline = time.time() + 90
