@@ -132,6 +132,19 @@ def test_submit_speeds_goes_into_the_comment(capsys):
                                  "e.g. speeds=v100:4.2,p100:2.1")
 
 
+def test_submit_types_goes_into_the_comment():
+    args = parse(["submit", "a3c", "--steps", "5", "--types", "v100,k80"])
+    cli = RecordingCLI()
+    assert cmd_submit(args, cli=cli) == 0
+    [(call, script)] = cli.calls
+    assert '#SBATCH --comment "gavel model=a3c steps=5 types=v100,k80"' in script.splitlines()
+    for bad, message in (("v100,v100", "types=v100,v100: GPU type v100 is given twice"),
+                         ("v100 k80", "types: not a TYPE,... list")):
+        with pytest.raises(InputError) as e:
+            cmd_submit(parse(["submit", "a3c", "--types", bad]), cli=RecordingCLI())
+        assert message in str(e.value)
+
+
 def test_submit_options_after_the_template_are_ours():
     args = parse(["submit", "a3c", "--slo", "2h", "--python", "p"])
     assert (args.template, args.slo, args.sbatch_args, args.steps) == ("a3c", "2h", [], 100)

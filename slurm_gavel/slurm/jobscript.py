@@ -95,11 +95,12 @@ def _format_speeds(speeds) -> str:
 
 
 def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=None,
-                slo: str | None = None, python: str = "python3", speeds=None) -> str:
+                slo: str | None = None, python: str = "python3", speeds=None, types=None) -> str:
     """Fill in a template's placeholders; pure. Raises InputError on bad values.
 
     `speeds` is the throughput hint (``"v100:4.2,p100:2.1"``, or a mapping such as
-    ``{"v100": 4.2}``). The rendered ``#SBATCH --comment "gavel ..."`` line is
+    ``{"v100": 4.2}``); `types` the GPU types the job accepts (``"v100,p100"`` or a
+    list). The rendered ``#SBATCH --comment "gavel ..."`` line is
     checked with the flag parser the scheduler uses, so a bad weight, SLO or speeds
     is caught here, not at sbatch.
     """
@@ -116,6 +117,11 @@ def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=Non
         flags += f" slo={str(slo).strip()}"
     if speeds is not None:
         flags += f" speeds={_format_speeds(speeds)}"
+    if types is not None:
+        listed = types if isinstance(types, str) else ",".join(types)
+        if listed == "" or any(c.isspace() or c == '"' for c in listed):
+            raise InputError("flags", f"types: not a TYPE,... list: {types!r}")
+        flags += f" types={listed}"
     if not python or "\n" in python:
         raise InputError("python", f"not an interpreter path: {python!r}")
     values = {"steps": str(steps), "gpus": str(gpus), "flags": flags,
@@ -135,7 +141,7 @@ def render_text(text: str, steps: int = DEFAULT_STEPS, gpus: int = 1, weight=Non
 
 def render(template_name: str, steps: int = DEFAULT_STEPS, gpus: int = 1, **options) -> str:
     """The sbatch script of template `template_name` (see `render_text` for options)."""
-    unknown = set(options) - {"weight", "slo", "speeds", "python", "directory"}
+    unknown = set(options) - {"weight", "slo", "speeds", "types", "python", "directory"}
     if unknown:
         raise InputError("options", f"unknown: {', '.join(sorted(unknown))}")
     directory = options.pop("directory", None)

@@ -57,6 +57,8 @@ def register(commands) -> argparse.ArgumentParser:
     p.add_argument("--speeds", metavar="TYPE:N,...",
                    help="gavel throughput hint: training steps per second on each GPU type "
                         "at this GPU count, e.g. v100:4.2,p100:2.1")
+    p.add_argument("--types", metavar="TYPE,...",
+                   help="the GPU types the job accepts (gavel types= flag), e.g. v100,p100")
     p.add_argument("--python", default=sys.executable, metavar="PATH",
                    help="interpreter that runs the training on the nodes (default: this one, "
                         "%(default)s)")
@@ -69,7 +71,7 @@ def cmd_submit(args, cli: SlurmCLI | None = None) -> int:
     """Handler of `submit`. Errors are raised (InputError, SlurmCommandError) for the CLI."""
     script = templates.render(args.template, steps=args.steps, gpus=args.gpus,
                               weight=args.weight, slo=args.slo, speeds=args.speeds,
-                              python=args.python)
+                              types=args.types, python=args.python)
     if args.dry_run:
         sys.stdout.write(script)
         return 0
