@@ -26,7 +26,10 @@ end of the comment or whitespace). For such a job this plugin
   4. turns requeue on: preemption requeues the job;
   5. stores the canonical flags in admin_comment ("gavel:v1 model=... weight=..."),
      which only administrators can change, so the daemon reads flags the user
-     can no longer tamper with.
+     can no longer tamper with; with them the partition list given at submission
+     (partitions=..., from job_desc.partition), since the daemon later moves the
+     job between partitions and runs it only on those partitions' GPU types
+     (types= restricts it the same way; GAVEL_GPU_TYPES below checks its names).
 Any other job passes untouched.
 
 On modification, a gavel job (admin_comment starting with "gavel:") can only be
