@@ -129,10 +129,12 @@ def test_a_job_runs_only_on_the_types_it_accepts_while_faster_ones_are_free(clea
             assert time.time() < deadline, (queue(cluster), (tmp_path / "gavel.db").exists())
             time.sleep(1)
         assert queue(cluster).get(unknown) == "PENDING"
-        assert gqueue(["--db", str(tmp_path / "gavel.db"), "--json"]) == 0
+        assert gqueue(["--db", str(tmp_path / "gavel.db"), "--json", "--states", "all"]) == 0
         rows = {r["jobid"]: r for r in json.loads(capsys.readouterr().out)["jobs"]}
         assert gqueue(["--db", str(tmp_path / "gavel.db"), "-o", "jobid,st,types,reason"]) == 0
         table = capsys.readouterr().out.splitlines()
+        assert gqueue(["--db", str(tmp_path / "gavel.db"), "-j", only_k80, "--explain"]) == 0
+        explained = capsys.readouterr().out
     finally:
         code, log = stop_daemon(daemon)
     assert code == 0, log[-3000:]
@@ -149,6 +151,8 @@ def test_a_job_runs_only_on_the_types_it_accepts_while_faster_ones_are_free(clea
     line = next(line for line in table if line.split()[0] == unknown)
     assert why in line
     assert "job %s is not planned: %s" % (unknown, why) in log
+    assert rows[only_k80]["types"] == ["k80"] and rows[listed]["types"] == ["k80", "p100"]
+    assert "  may run on k80 only" in explained.splitlines(), explained
 
 
 def test_an_unknown_type_is_refused_at_sbatch_when_the_plugin_lists_the_types(clean, tmp_path):

@@ -85,7 +85,9 @@ def explain(store: SqliteStore, job: str) -> dict:
             "state": state if j["state"] == "active" else j["state"],
             "worker_type": mine.get("worker_type"), "priority": mine.get("priority"),
             "reason": mine.get("reason") or "", "arrived": j["first_seen"],
-            "elapsed_seconds": elapsed, "types": per_type, "needs": needs}
+            "elapsed_seconds": elapsed, "types": per_type, "needs": needs,
+            # the GPU types it may run on (types=, sbatch -p, what fits it); None: any
+            "may_run_on": j["types"].split(",") if j.get("types") else None}
 
 
 def text(e: dict) -> str:
@@ -94,6 +96,8 @@ def text(e: dict) -> str:
              + (f" on {e['worker_type']}" if e["worker_type"] and e["state"] == "R" else ""),
              f"  priority {_num(e['priority'])}" + (f"; {e['reason']}" if e["reason"] else ""),
              f"  since it arrived ({_hours(e['elapsed_seconds'])} ago), per GPU type:"]
+    if e.get("may_run_on"):
+        lines.insert(2, f"  may run on {', '.join(e['may_run_on'])} only")
     for t in e["types"]:
         lines.append(f"    {t['worker_type']:<8} share {t['share']:.2f}  asks {_hours(t['target_seconds'])}"
                      f"  received {_hours(t['received_seconds'])}")
