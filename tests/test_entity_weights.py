@@ -154,12 +154,12 @@ import time                                                             # noqa: 
 
 from slurm_gavel.slurm.store import SqliteStore                         # noqa: E402
 
-from test_daemon import start_daemon, stop_daemon, submit, write_config  # noqa: E402
+from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: E402,F401
 
 SPEED = {"v100": 34.56, "k80": 3.6}     # convnet at 4 GPUs in examples/toy_throughputs.json
 
 
-def entity_throughputs(db, jobs):
+def entity_throughputs(db, jobs, speed=SPEED):
     """Steps/s the allocation in force gives each entity's jobs ({} before the first one)."""
     try:
         _, shares = SqliteStore(db, readonly=True).latest_allocation()
@@ -169,16 +169,16 @@ def entity_throughputs(db, jobs):
         return {}
     out = {}
     for job, entity in jobs.items():
-        out[entity] = out.get(entity, 0.0) + sum(SPEED[wt] * x for wt, x in shares[job].items())
+        out[entity] = out.get(entity, 0.0) + sum(speed[wt] * x for wt, x in shares[job].items())
     return out
 
 
-def wait_for(db, jobs, daemon, ratio, timeout=60):
+def wait_for(db, jobs, daemon, ratio, timeout=60, speed=SPEED):
     deadline = time.time() + timeout
     seen = {}
     while time.time() < deadline:
         assert daemon.poll() is None, daemon.communicate()[0][-3000:]
-        seen = entity_throughputs(db, jobs)
+        seen = entity_throughputs(db, jobs, speed)
         if seen and seen["gavel-a"] == pytest.approx(ratio * seen["gavel-b"], rel=0.02):
             return seen
         time.sleep(0.5)
@@ -211,3 +211,26 @@ def test_fairshare_set_with_sacctmgr_reaches_the_policy_and_changes_the_allocati
     # the same cluster: a weighted entity gets more, the total stays (work is not lost)
     assert weighted["gavel-a"] > 2.5 * weighted["gavel-b"]
     assert sum(weighted.values()) == pytest.approx(sum(equal.values()), rel=0.05)
+
+
+def test_entities_in_gavel_toml_weigh_and_a_sighup_changes_them(clean, tmp_path):
+    """[entities] from the file reach the policy; a reload with other weights re-solves."""
+    import signal
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1, policy="hierarchical")
+    base = config.read_text()
+    config.write_text(base + '[entities]\n"gavel-a" = 3\n')
+    jobs = {}
+    for account in ("gavel-a", "gavel-a", "gavel-b", "gavel-b"):    # 16 GPUs asked of v100's 8
+        jobs[submit(cluster, tmp_path, "convnet", 4, 1000,
+                    extra=[f"--account={account}", "--partition=v100"])] = account
+    daemon = start_daemon(config, "--dry-run")
+    try:
+        wait_for(tmp_path / "gavel.db", jobs, daemon, 3.0, speed={"v100": 34.56})
+        config.write_text(base + '[entities]\n"gavel-a" = 1\n"gavel-b" = 2\n')
+        daemon.send_signal(signal.SIGHUP)
+        wait_for(tmp_path / "gavel.db", jobs, daemon, 0.5, speed={"v100": 34.56})
+    finally:
+        code, log = stop_daemon(daemon)
+    assert code == 0, log[-3000:]
+    assert "reloaded" in log, log[-3000:]
