@@ -380,7 +380,8 @@ flags_strategy = st.builds(
     model=st.none() | models, weight=weights, entity=st.none() | names,
     slo_seconds=st.none() | st.integers(1, MAX_SLO_SECONDS),
     steps=st.none() | st.integers(1, MAX_STEPS),
-    speeds=st.none() | st.dictionaries(gpu_types, weights, min_size=1, max_size=MAX_SPEEDS))
+    speeds=st.none() | st.dictionaries(gpu_types, weights, min_size=1, max_size=MAX_SPEEDS),
+    types=st.none() | st.lists(gpu_types, min_size=1, max_size=16, unique=True))
 
 
 @given(flags_strategy)
@@ -416,6 +417,8 @@ def test_comment_round_trip(flags, sep, rnd):
         entries = [f"{t}:{_spell(round(Decimal(repr(v)) * 10 ** 6))}" for t, v in flags.speeds]
         rnd.shuffle(entries)
         items.append("speeds=" + ",".join(entries))
+    if flags.types is not None:
+        items.append("types=" + ",".join(rnd.sample(flags.types, len(flags.types))))
     rnd.shuffle(items)
     comment = "gavel" + sep + sep.join(items)
     assert parse_comment(comment) == flags
@@ -606,11 +609,12 @@ JUNK_VALUES = ["", "1", "0", "2.5", ".5", "5.", "36", "36h", "1.5d", "90m", "0.4
                "1000000", "1000000.000001", "0.000001", "999999999999999999", "h", ".",
                "v100:1", "v100:4.2,p100:2.1", "v100", "v100:", ":1", ":", ",", "v100:1,",
                ",v100:1", "a:1,,b:2", "a:1,a:1", "A:1,a:2", "v100:0", "v100:1:2", "a+b:1",
-               "é:1", "t" * 33 + ":1", SIXTEEN, SIXTEEN + ",z:1", SIXTEEN + ","]
+               "é:1", "t" * 33 + ":1", SIXTEEN, SIXTEEN + ",z:1", SIXTEEN + ",",
+               "v100,p100", "k80", "a,,b", "a,a", "v100,", SEVENTEEN, "t" * 33]
 tokens = st.one_of(
     st.builds(lambda k, v: f"{k}={v}",
-              st.sampled_from(["model", "weight", "entity", "slo", "steps", "speeds", "Model",
-                               "x", ""]),
+              st.sampled_from(["model", "weight", "entity", "slo", "steps", "speeds", "types",
+                               "Model", "x", ""]),
               st.one_of(st.sampled_from(JUNK_VALUES),
                         st.text("0123456789.smhd", max_size=8),
                         st.text("0123456789.:,abAB_-", max_size=16),
@@ -637,6 +641,26 @@ def test_lua_agrees_with_python_on_random_comments(luas, batch):
             assert lua_result(out) == python_result(comment, account), (comment, account)
 
 
+partition_lists = st.one_of(
+    st.lists(st.sampled_from(["v100", "p100", "k80", "gpu-a", "", "a b", "p" * 65, "é"]),
+             max_size=5).map(",".join),
+    st.text("abk018,_-. ", max_size=20),
+    st.just(MANY_PARTS))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(st.tuples(st.sampled_from(["gavel", "gavel types=k80", "gavel slo=1",
+                                                 "gavel model=m"]), partition_lists),
+                      min_size=20, max_size=20))
+def test_lua_agrees_with_python_on_random_partition_lists(luas, batch):
+    args = ["set:tres_per_node=gres:gpu:1", "unset:account"]
+    for comment, partition in batch:
+        args += [f"set:partition={partition}", f"submit:{comment}"]
+    for lua in luas:
+        for (comment, partition), out in zip(batch, run_driver(lua, args)):
+            assert lua_result(out) == python_typed(comment, partition, False), (comment, partition)
+
+
 def _comment_of(flags: GavelFlags, rnd) -> str:
     items = [f"weight={_spell(round(Decimal(repr(flags.weight)) * 10 ** 6))}"]
     for key, value in (("model", flags.model), ("entity", flags.entity),
@@ -648,6 +672,8 @@ def _comment_of(flags: GavelFlags, rnd) -> str:
         entries = [f"{t}:{_spell(round(Decimal(repr(v)) * 10 ** 6))}" for t, v in flags.speeds]
         rnd.shuffle(entries)
         items.append("speeds=" + ",".join(entries))
+    if flags.types is not None:
+        items.append("types=" + ",".join(rnd.sample(flags.types, len(flags.types))))
     rnd.shuffle(items)
     return "gavel " + " ".join(items)
 
