@@ -128,6 +128,7 @@ class Daemon:
             # progress arrives every tick; one sample (and one exploration round) per round
             sample_seconds=config.round_seconds, store=self.store, clock=self.clock.now,
             trust=config.estimator)
+        self.fairshare = self._fairshare(config)
         self.engine = Engine(self.clock, self.backend, self._allocator(config),
                              self.throughputs, self.store,
                              config.round_seconds, prices=config.prices,
@@ -137,8 +138,8 @@ class Daemon:
                              hysteresis=config.hysteresis_rounds,
                              restart_seconds=config.restart_seconds,
                              move_hysteresis=config.move_hysteresis_rounds,
-                             entity_weights=config.entities)
-        self.fairshare = self._fairshare(config)
+                             # read once now: a restart with the same shares is no reset event
+                             entity_weights=self.fairshare.refresh() if self.fairshare else config.entities)
         self._resume()
         if starts > 1:
             self.metrics.restarts.inc(starts - 1)
