@@ -99,6 +99,10 @@ gavel-dev|short|
 
 def test_parse_shares_keeps_account_associations_of_this_cluster_with_a_share():
     assert parse_shares(SHARES, "gavel-dev") == {"root": 1.0, "physics": 3.0, "cs": 2.5}
+    # Fairshare=parent: the parent account's shares, up the tree (a loop gives nothing)
+    tree = ("c|dept||40|root\nc|lab||parent|dept\nc|sub||parent|lab\nc|x||parent|y\n"
+            "c|y||parent|x\nc|lone||parent|\n")
+    assert parse_shares(tree, "c") == {"dept": 40.0, "lab": 40.0, "sub": 40.0}
     assert parse_shares(SHARES, "other") == {"physics": 100.0}
     assert parse_shares("") == {}
 

@@ -170,9 +170,9 @@ class SlurmCLI:
 
     def shares(self) -> str:
         """Every association's fairshare shares (slurmdbd), `--parsable2` lines of
-        cluster|account|user|share (slurm/fairshare.py reads them)."""
+        cluster|account|user|share|parent account (slurm/fairshare.py reads them)."""
         return self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
-                         "format=Cluster,Account,User,Share"]).stdout
+                         "format=Cluster,Account,User,Share,ParentName"]).stdout
 
     # -- acting -------------------------------------------------------------------
     def update(self, ids: Iterable[str], **fields: str) -> None:

@@ -4,11 +4,12 @@ With ``entity_weights = "fairshare"`` in gavel.toml the hierarchical policy's
 entities (a job's ``entity=`` flag, else its Slurm account) weigh what
 ``sacctmgr show associations`` gives their account as ``Fairshare=N`` (raw
 shares, compared as they are: sibling accounts under different parents are
-not scaled by their parents' shares), so the admin keeps one list.  Entries of
+not scaled by their parents' shares; ``Fairshare=parent`` takes the parent
+account's), so the admin keeps one list.  Entries of
 ``[entities]`` win over them.  Read again every round; when sacctmgr fails
 (slurmdbd down, no accounting) the daemon logs one line and keeps the weights
-it had.  Parsing is defensive: lines of another cluster, user associations,
-``parent`` shares and anything that is not a share > 0 are left out.
+it had.  Parsing is defensive: lines of another cluster, user associations
+and anything that is not a share > 0 are left out.
 """
 from __future__ import annotations
 
@@ -27,24 +28,37 @@ SHOWN = 8     # accounts named in a log line; the rest are counted
 
 def parse_shares(text: str, cluster: str | None = None) -> dict[str, float]:
     """{account: shares} of the account associations (no user) in sacctmgr's
-    ``cluster|account|user|share`` lines; of `cluster` only, when given."""
-    out: dict[str, float] = {}
+    ``cluster|account|user|share|parent`` lines; of `cluster` only, when given.
+    ``Fairshare=parent`` takes the parent account's shares (up the tree)."""
+    shares: dict[str, float] = {}
+    parents: dict[str, str] = {}        # account -> its parent, for Fairshare=parent
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) < 4:
             continue
         where, account, user, share = (p.strip() for p in parts[:4])
+        parent = parts[4].strip() if len(parts) > 4 else ""
         if user or not account or (cluster and where and where != cluster):
             continue
-        if entity_name_problem(account):
-            continue            # no job's entity can carry this name
+        if share.lower() == "parent":
+            if parent:
+                parents[account] = parent
+            continue
         try:
             value = float(share)
         except ValueError:
-            continue            # "parent" (shares of the parent account) or garbage
+            continue            # garbage
         if math.isfinite(value) and value > 0:
-            out[account] = value
-    return out
+            shares[account] = value
+    for account, parent in parents.items():
+        seen = {account}
+        while parent in parents and parent not in seen:     # parent of a parent-share account
+            seen.add(parent)
+            parent = parents[parent]
+        if parent in shares:
+            shares.setdefault(account, shares[parent])
+    # no job's entity can carry a name the entity= grammar cannot spell
+    return {a: v for a, v in shares.items() if not entity_name_problem(a)}
 
 
 def describe(weights: Mapping[str, float]) -> str:
