@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_explain(commands)
     from .slurm.replay import register as register_replay
     register_replay(commands)
+    from .slurm.billing import register as register_billing
+    register_billing(commands)
     return parser
 
 
