@@ -138,7 +138,7 @@ def partition_types(nodes) -> dict[str, tuple[str, ...]]:
 
 
 def explain(s: Suggestion) -> list[str]:
-    lines = [f"# {len(s.mix)} models in the mix; speeds: {s.sources.get('measured', 0)} measured by "
+    lines = [f"# {len(s.mix)} (model, GPU count) rows in the mix; speeds: {s.sources.get('measured', 0)} measured by "
              f"the daemon, {s.sources.get('table', 0)} from the table",
              f"# {printable(s.base)} is the slowest type: weight {_fmt(s.scale)}; another type's weight "
              f"is its mean speedup over {printable(s.base)} ({s.mix_from})"]
@@ -147,7 +147,7 @@ def explain(s: Suggestion) -> list[str]:
             lines.append(f"#   {printable(t)}: no model of the mix has a speed on it and on "
                          f"{printable(s.base)}: no weight")
         else:
-            lines.append(f"#   {printable(t)}: {_fmt(w.weight * s.scale)} (mean over {w.models} models, "
+            lines.append(f"#   {printable(t)}: {_fmt(w.weight * s.scale)} (mean over {w.models} rows, "
                          f"speedups {_fmt(w.low)}-{_fmt(w.high)})")
     for p, types in s.partitions.items():
         if len(types) > 1:

@@ -14,10 +14,13 @@ type takes its node's GPU type, when the caller knows the nodes.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
+from ..core.errors import InputError
+from .flags import from_admin_comment, is_admin_comment
 from .records import _sacct_time, expand_hostlist, number, states, text
 
 # The fields `SlurmCLI.history` asks for with --parsable2, in order.  JobName last: it is the
@@ -59,7 +62,8 @@ class HistoryJob:
 
     @property
     def ran(self) -> tuple[HistoryRun, ...]:
-        return tuple(r for r in self.runs if r.start is not None and r.elapsed > 0)
+        """The runs that started (one of less than a second has ElapsedRaw 0, and counts)."""
+        return tuple(r for r in self.runs if r.start is not None)
 
     @property
     def last(self) -> HistoryRun:
@@ -240,5 +244,99 @@ def parse_history_json(data: Any, node_types: Mapping[str, str] | None = None) -
     return _collect(rows, node_types)
 
 
-__all__ = ["HISTORY_FIELDS", "HistoryJob", "HistoryRun", "parse_history_json",
-           "parse_history_parsable"]
+# -- for `slurm-gavel replay` ----------------------------------------------------------------
+def model_of(job: HistoryJob, pattern: re.Pattern | None) -> str | None:
+    """A gavel job's `model` flag, else the name pattern's group `model` (or group 1, or the
+    whole match)."""
+    if is_admin_comment(job.admin_comment):
+        try:
+            flags = from_admin_comment(job.admin_comment)
+        except InputError:
+            flags = None
+        if flags is not None and flags.model:
+            return flags.model
+    if pattern is not None:
+        m = pattern.search(job.name)
+        if m:
+            groups = m.groupdict()
+            value = groups.get("model") or (m.group(1) if m.re.groups else m.group(0))
+            return value or None
+    return None
+
+
+def steps_of(job: HistoryJob) -> int | None:
+    if is_admin_comment(job.admin_comment):
+        try:
+            return from_admin_comment(job.admin_comment).steps
+        except InputError:
+            return None
+    return None
+
+
+def read_history(text: str, node_types: Mapping[str, str] | None = None) -> list[HistoryJob]:
+    """A saved or live sacct output: JSON when it is one, else --parsable2 of HISTORY_FIELDS."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise InputError("sacct", f"output is not JSON ({e.msg} at line {e.lineno})") from None
+        return parse_history_json(data, node_types)
+    return parse_history_parsable(text, HISTORY_FIELDS, node_types)
+
+
+def cluster_shape(nodes) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
+    """(GPUs per type, GPUs per node per type, node -> type) of `SlurmNode`s with GPUs."""
+    gpus, per_node, node_types = {}, {}, {}
+    for n in nodes:
+        if n.gpu_type and n.gpus:
+            gpus[n.gpu_type] = gpus.get(n.gpu_type, 0) + n.gpus
+            per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.gpus)
+            node_types[n.name] = n.gpu_type
+    return gpus, per_node, node_types
+
+
+def load_history(cli, start: str, end: str = "now", partitions: Sequence[str] = (),
+                 accounts: Sequence[str] = (), users: Sequence[str] = (), parsable: bool = False,
+                 sacct_file: str | None = None,
+                 node_types: Mapping[str, str] | None = None) -> list[HistoryJob]:
+    """The jobs of a time range from `cli` (a SlurmCLI: `sacct --json`, else `--parsable2`
+    when asked or when this Slurm refuses --json), or from a saved output; only those of the
+    given partitions, accounts and users."""
+    from .commands import SlurmCommandError
+
+    if sacct_file:
+        try:
+            with open(sacct_file, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            raise InputError("--sacct-file", f"cannot read {sacct_file}: {e.strerror or e}") from None
+    else:
+        query = dict(partitions=partitions, accounts=accounts, users=users, fields=HISTORY_FIELDS)
+        try:
+            text = cli.history(start, end, as_json=not parsable, **query)
+        except SlurmCommandError as e:
+            # a Slurm built without its JSON plugin refuses --json: the same rows as text
+            if parsable or "json" not in str(e).lower():
+                raise
+            text = cli.history(start, end, as_json=False, **query)
+    keep = {"partition": set(partitions), "account": set(accounts), "user": set(users)}
+    return [j for j in read_history(text, node_types)
+            if all(not want or getattr(j, k) in want for k, want in keep.items())]
+
+
+def replay_records(history: Iterable[HistoryJob], pattern: re.Pattern | None = None) -> list[dict]:
+    """Each job as the plain record sim/replay.py `build` reads: ids, names, times (epoch
+    seconds), GPUs and type of its last run, its model and steps when known, and every run
+    that ran (type, GPUs, seconds)."""
+    return [{"job": j.job_id, "name": j.name, "user": j.user, "account": j.account,
+             "partition": j.partition, "state": j.state, "submit": j.submit, "start": j.start,
+             "end": j.end, "gpus": j.gpus, "gpu_type": j.gpu_type, "model": model_of(j, pattern),
+             "steps": steps_of(j),
+             "runs": [{"gpu_type": r.gpu_type, "gpus": r.gpus, "elapsed": r.elapsed} for r in j.ran]}
+            for j in history]
+
+
+__all__ = ["HISTORY_FIELDS", "HistoryJob", "HistoryRun", "cluster_shape", "load_history", "model_of",
+           "parse_history_json", "parse_history_parsable", "read_history", "replay_records",
+           "steps_of"]
