@@ -90,11 +90,13 @@ def test_bad_input(files, capsys):
         suggest(*speeds(ThroughputTable.from_gavel_dict(TABLE), [])[:1], {("C", 1): 1.0}, ["v100"], {})
 
 
-def test_partitions_from_the_real_cluster(files, slurm_accounting_cluster, monkeypatch, capsys):
+def test_partitions_from_the_real_cluster(files, slurm_cluster, monkeypatch, capsys):
+    """The session's cluster (v100, p100, k80 partitions): the table has no P100 speed."""
     table, db = files
-    monkeypatch.setenv("SLURM_CONF", str(slurm_accounting_cluster.slurm_conf))
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.slurm_conf))
     code, out, _ = run(capsys, "--throughputs", table, "--db", db)
     assert code == 0
     assert [line for line in out.splitlines() if not line.startswith("#")] == [
         'PartitionName=k80 TRESBillingWeights="GRES/gpu=1"',
         'PartitionName=v100 TRESBillingWeights="GRES/gpu=3.5"']
+    assert "#   p100: no model of the mix has a speed on it and on k80: no weight" in out

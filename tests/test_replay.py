@@ -101,6 +101,14 @@ def test_untyped_gpus_take_their_node_type():
     assert job.gpu_seconds() == {"a100": 20.0}
 
 
+@pytest.mark.parametrize("name", ["sinfo-22.05.json", "nodes-24.11.json"])
+def test_cluster_shape_from_the_recorded_nodes(name):
+    """The node listings SlurmCLI.nodes() returns on each version (recorded, 3 types x 2 x 4)."""
+    gpus, per_node, node_types = cluster_shape(parse_nodes(json.loads((FIXTURES / name).read_text())))
+    assert gpus == {"v100": 8, "p100": 8, "k80": 8} and per_node == {"v100": 4, "p100": 4, "k80": 4}
+    assert node_types["p100-1"] == "p100" and len(node_types) == 6
+
+
 def test_trace_from_history_says_where_each_speed_came_from():
     t = table()
     replay = build(recorded("json"), t, ["v100", "k80"])
