@@ -598,6 +598,9 @@ def _replay_parser(commands):
     p.add_argument("--max-rounds", type=int, metavar="N", help="stop each simulation after N rounds")
     p.add_argument("--jobs", action="store_true", help="also list every replayed job")
     p.add_argument("--plot", metavar="FILE.png", help="write every row's JCT CDF on one figure")
+    p.add_argument("--save-trace", metavar="PREFIX",
+                   help="also write PREFIX.trace and PREFIX.json (its throughput table), for "
+                        "`slurm-gavel simulate --trace PREFIX.trace --throughputs PREFIX.json`")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_replay)
 
@@ -650,6 +653,7 @@ def cmd_replay(args) -> int:
     except re.error as e:
         raise InputError("--model-pattern", f"not a regular expression: {e}") from None
     _check_output(args.plot, "--plot")
+    _check_output(args.save_trace and args.save_trace + ".trace", "--save-trace")
     table = ThroughputTable.from_gavel_json(args.throughputs)
     cli = SlurmCLI()
     if args.cluster:
@@ -667,6 +671,10 @@ def cmd_replay(args) -> int:
                            args.sacct_file, node_types)
     replay = build(replay_records(history, pattern), table, list(cluster), speeds)
     sim_table = with_job_rows(table, replay.rows, list(cluster))
+    if args.save_trace:
+        from .sim.workloads import write_trace
+        write_trace(args.save_trace + ".trace", replay.trace)
+        sim_table.to_gavel_json(args.save_trace + ".json")
     rows = compare(replay.trace, sim_table, cluster, gpus_per_node, policies, replay.observed,
                    round_seconds=args.round_seconds, restart_seconds=args.restart_seconds,
                    max_rounds=args.max_rounds)

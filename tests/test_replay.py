@@ -180,6 +180,17 @@ def test_cli_on_a_saved_history(tmp_path, capsys):
     assert [r["policy"] for r in data["rows"]] == ["slurm (what it did)", "fifo"]
     assert data["jobs"][1]["name"] == "esc\\x1b[31m|x"
     assert plot.stat().st_size > 0 or pytest.skip("matplotlib missing")
+    # the trace and its table, saved, replay the same under `simulate`
+    prefix = tmp_path / "site"
+    assert main(args + ["--sacct-file", str(FIXTURES / "history-22.05.txt"), "--json",
+                        "--save-trace", str(prefix)]) == 0
+    fifo = json.loads(capsys.readouterr().out)["rows"][1]
+    assert main(["simulate", "--policy", "fifo", "--trace", f"{prefix}.trace", "--throughputs",
+                 f"{prefix}.json", "--cluster", "v100=4,k80=4", "--round", "2",
+                 "--restart-seconds", "0", "--json", "--quiet"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert simulated["finished"] == fifo["finished"] == 5
+    assert simulated["average_jct_hours"] == pytest.approx(fifo["average_jct_hours"])
 
 
 @pytest.mark.parametrize("bad, field", [(["--speeds", "v100=x"], "--speeds"),
