@@ -228,7 +228,7 @@ def _wait(cluster, job, states, timeout=60):
         time.sleep(0.2)
 
 
-def test_replay_reads_the_clusters_own_sacct(slurm_accounting_cluster, tmp_path):
+def test_replay_reads_the_clusters_own_sacct(slurm_accounting_cluster, tmp_path, monkeypatch, capsys):
     """A recorded mix (GPU counts 1/2/4, both partitions, two accounts, a requeued job, a
     no-GPU job) runs for real; replay reads sacct and gets every job, its GPU-seconds per
     type and the arrival order exactly as Slurm accounted them."""
@@ -311,3 +311,12 @@ def test_replay_reads_the_clusters_own_sacct(slurm_accounting_cluster, tmp_path)
         assert rows[0]["finished"] == 5 and rows[1]["finished"] == 5
         # each replayed job's work is what it ran, on the type it had
         assert [tj.total_steps for tj in replay.trace] == [j["run_seconds"] for j in replay.jobs]
+    # the command itself: nodes and sacct read live, one row per policy after Slurm's
+    monkeypatch.setenv("SLURM_CONF", str(c.slurm_conf))
+    assert main(["replay", "--throughputs", str(TABLE), "--start", "now-1hour",
+                 "--account", "replaya,replayb", "--policies", "fifo", "--round", "2",
+                 "--restart-seconds", "0", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cluster"] == {"v100": 4, "k80": 4}
+    assert [j["job"] for j in data["jobs"]] == ids[:5]
+    assert {wt: round(h * 3600) for wt, h in data["rows"][0]["gpu_hours"].items()} == truth
