@@ -670,6 +670,12 @@ def cmd_replay(args) -> int:
                            _replay_names(args.account), _replay_names(args.user), args.parsable,
                            args.sacct_file, node_types)
     replay = build(replay_records(history, pattern), table, list(cluster), speeds)
+    if not replay.trace:
+        reasons: dict[str, int] = {}
+        for skipped in replay.skipped:
+            reasons[skipped["reason"]] = reasons.get(skipped["reason"], 0) + 1
+        raise InputError("replay", f"no job to replay among the {len(history)} jobs found"
+                         + "".join(f"; {n} {why}" for why, n in sorted(reasons.items())))
     sim_table = with_job_rows(table, replay.rows, list(cluster))
     if args.save_trace:
         from .sim.workloads import write_trace

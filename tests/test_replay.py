@@ -193,6 +193,16 @@ def test_cli_on_a_saved_history(tmp_path, capsys):
     assert simulated["average_jct_hours"] == pytest.approx(fifo["average_jct_hours"])
 
 
+def test_cli_nothing_to_replay_says_why(tmp_path, capsys):
+    table()
+    saved = tmp_path / "nogpu.txt"
+    saved.write_text("6|COMPLETED|1000|1000|1010|10|k80|k80-0|billing=1,cpu=1,node=1|a|u||x\n")
+    assert main(["replay", "--throughputs", str(TABLE), "--cluster", "k80=4",
+                 "--sacct-file", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert "no job to replay among the 1 jobs found; 1 no GPUs" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("bad, field", [(["--speeds", "v100=x"], "--speeds"),
                                         (["--policies", "nosuch"], "--policies"),
                                         (["--model-pattern", "("], "--model-pattern"),
