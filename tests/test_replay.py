@@ -246,6 +246,15 @@ def test_replay_reads_the_clusters_own_sacct(slurm_accounting_cluster, tmp_path,
     t = table()
     for account in ("replaya", "replayb"):
         c.add_user("root", account)
+    try:
+        _replay_the_mix(c, t, tmp_path, monkeypatch, capsys)
+    finally:                  # the session's cluster is shared: leave its associations as found
+        for account in ("replaya", "replayb"):
+            c.run(["sacctmgr", "-i", "delete", "user", "root", f"account={account}"], check=False)
+            c.run(["sacctmgr", "-i", "delete", "account", account], check=False)
+
+
+def _replay_the_mix(c, t, tmp_path, monkeypatch, capsys):
     (tmp_path / "requeue.sh").write_text(REQUEUE_SCRIPT)
     mix = [("v100", 2, "replaya", ["--wrap", "sleep 2"]),
            ("k80", 1, "replayb", ["--wrap", "sleep 1"]),
