@@ -95,6 +95,7 @@ def test_render_accounting_conf():
         "AccountingStorageType": "accounting_storage/slurmdbd", "AccountingStorageHost": "localhost",
         "AccountingStoragePort": "31000", "AccountingStoragePass": "/x/c/munge/munge.socket",
         "AccountingStorageEnforce": "associations,limits",
+        "AccountingStorageTRES": "gres/gpu,gres/gpu:v100,gres/gpu:k80",
         "JobAcctGatherType": "jobacct_gather/none", "PriorityType": "priority/multifactor",
         "PriorityWeightFairshare": "10000", "PriorityWeightAge": "1000",
         "PriorityDecayHalfLife": "1-0"}

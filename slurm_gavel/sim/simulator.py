@@ -208,7 +208,7 @@ class SimulatedCluster:
     def _admit(self, job_id: str, job: TraceJob):
         self._advance_area(job.arrival_time)
         state = JobState(job_id, job.job_type, job.scale_factor, job.arrival_time,
-                         float(job.total_steps), job.priority_weight, "", job.slo)
+                         float(job.total_steps), job.priority_weight, job.entity, job.slo)
         self._active[job_id] = state
         self._done[job_id] = 0.0
         self._area_start[job_id] = self._area

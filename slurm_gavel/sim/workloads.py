@@ -43,6 +43,7 @@ class TraceJob:
     priority_weight: float = 1.0
     slo: float | None = None          # seconds; None = no SLO (-1 in the file)
     arrival_time: float = 0.0         # seconds
+    entity: str = ""                  # not in trace files: a replayed job's account (sim/replay.py)
 
 
 TRACE_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",

@@ -26,6 +26,7 @@ log = logging.getLogger("slurm_gavel.slurm")
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
 _GRES = re.compile(r"^gpu:[0-9]+$")                    # Gres=gpu:4: untyped, a count per node
+_TIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._+\-]*$")  # sacct's times: now-30days, 2026-12-01T08:00
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # Slurm 24.11 without accounting (AccountingStorageType=none: no associations) answers a
 # change of a pending job's partition with a stale errno about half of the time
@@ -173,6 +174,28 @@ class SlurmCLI:
         cluster|account|user|share|parent account (slurm/fairshare.py reads them)."""
         return self.run(["sacctmgr", "--noheader", "--parsable2", "show", "associations",
                          "format=Cluster,Account,User,Share,ParentName"]).stdout
+
+    def history(self, start: str, end: str = "now", partitions: Sequence[str] = (),
+                accounts: Sequence[str] = (), users: Sequence[str] = (), as_json: bool = True,
+                fields: Sequence[str] = ()) -> str:
+        """Every job's every run (-X -D) that was eligible between `start` and `end`
+        (sacct's own time syntax), `--json`, else `--parsable2` lines of `fields`
+        (slurm.history reads either).  Names are checked: none becomes a second option."""
+        for what, value in (("--start", start), ("--end", end)):
+            if not _TIME.match(value or ""):
+                raise InputError(what, f"not a sacct time: {value!r}")
+        args = ["sacct", "--allocations", "--duplicates", f"--starttime={start}", f"--endtime={end}"]
+        for option, values in (("--partition", partitions), ("--accounts", accounts),
+                               ("--user", users)):
+            if values:
+                args.append(f"{option}={','.join(name(v, option) for v in values)}")
+        if not users:
+            args.append("--allusers")
+        if as_json:
+            args.append("--json")
+        else:
+            args += ["--noheader", "--parsable2", f"--format={','.join(fields)}"]
+        return self.run(args, timeout=300).stdout
 
     # -- acting -------------------------------------------------------------------
     def update(self, ids: Iterable[str], **fields: str) -> None:

@@ -116,6 +116,8 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
            "# the MUNGE socket for slurmdbd connections (AuthInfo does not reach them)",
            f"AccountingStoragePass={d}/munge/munge.socket",
            "AccountingStorageEnforce=associations,limits",
+           "# GPU-seconds per job and type in sacct's AllocTRES (`slurm-gavel replay` reads them)",
+           "AccountingStorageTRES=" + ",".join(["gres/gpu"] + [f"gres/gpu:{t}" for t in types]),
            "JobAcctGatherType=jobacct_gather/none",
            "PriorityType=priority/multifactor",
            "PriorityWeightFairshare=10000",
