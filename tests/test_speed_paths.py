@@ -205,3 +205,52 @@ def test_max_min_arrays_built_in_place_are_the_pattern_and_values_of_the_plain_b
     assert np.array_equal(captured["col_upper"][:-1], (solo > 0).astype(float).ravel())
     assert captured["col_upper"][-1] == np.inf and captured["cost"][-1] == 1.0 and not captured["cost"][:-1].any()
     assert found is not None
+
+
+@pytest.mark.parametrize("seed,churn", [(0, False), (1, True), (2, True)])
+def test_renewing_every_lease_at_once_is_the_plan_select_and_place_give(monkeypatch, seed, churn):
+    """plan_round's shortcut for a round where every row runs on its only positive entry
+    (`_renew_all`) against the full path, on every round of small simulations."""
+    from dataclasses import replace
+
+    from slurm_gavel.core import engine as engine_mod
+    from slurm_gavel.core import mechanism
+    from slurm_gavel.sim.workloads import generate_trace
+
+    real_renew = mechanism._renew_all
+    counts = {"shortcut": 0, "rounds": 0}
+
+    def counted(*args):
+        out = real_renew(*args)
+        counts["shortcut"] += out is not None
+        return out
+
+    def both(*args, **kwargs):
+        monkeypatch.setattr(mechanism, "_renew_all", counted)
+        fast = mechanism.plan_round(*args, **kwargs)
+        monkeypatch.setattr(mechanism, "_renew_all", lambda *a: None)
+        full = mechanism.plan_round(*args, **kwargs)
+        counts["rounds"] += 1
+        assert fast == full
+        assert [id(a) for a in fast.keep] == [id(a) for a in full.keep]     # the very same leases
+        return fast
+
+    monkeypatch.setattr(engine_mod, "plan_round", both)
+    table = small_table()
+    jobs = generate_trace(table, n_jobs=25, rate_per_hour=10, seed=seed)
+    # every third job of a model with a 2-GPU throughput takes two GPUs
+    jobs = [replace(j, scale_factor=2) if i % 3 == 0 and j.job_type in ("fast", "mid") else j
+            for i, j in enumerate(jobs)]
+    clock = SimulatedClock()
+    cost = 18.0 if churn else 0.0
+    backend = SimulatedCluster(jobs, table, {"v100": 3, "p100": 3, "k80": 3}, clock, gpus_per_node=2,
+                               restart_seconds=cost)
+    engine = Engine(clock, backend, Immediate(make_policy("max_min_fairness")), TableThroughputs(table),
+                    MemoryStore(keep_rounds=False), 360.0, hysteresis=2.0 if churn else 0.0,
+                    restart_seconds=cost, move_hysteresis=5.0 if churn else 0.0)
+    for _ in range(2000):
+        if backend.finished:
+            break
+        engine.step()
+    assert backend.finished and counts["rounds"] > 50
+    assert counts["shortcut"] > 10        # the shortcut's rounds were among them
