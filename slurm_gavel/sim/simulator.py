@@ -4,8 +4,10 @@
 a trace and a throughput table: jobs arrive at their trace times, make
 progress at the table's throughput for the type (and placement, and
 partner) they were given, and finish at the exact moment their last step
-is done; their GPUs stay idle until the round ends, as on a real cluster
-whose scheduler acts at round boundaries.  Each start or resume of a job
+is done.  The scheduler plans at round boundaries; in between, a job that
+arrives while GPUs are idle (never planned, or freed by a job that finished)
+starts on them at once (`mid_round_starts`, Engine.start_arrivals, as the
+daemon's ticks do), else it waits for the next round.  Each start or resume of a job
 costs it `restart_seconds` of its round (requeue, launch, imports,
 checkpoint load: GPUs held, no progress); the mechanism is told the same
 cost and weighs it against the gain of a move.
@@ -173,7 +175,8 @@ class SimulatedCluster:
         for job in plan.preempt:
             self._rate.pop(job, None)
             self._type.pop(job, None)
-        self._ckpt_left = {}
+        if not (self._round is not None and self._round[1] == round_end):
+            self._ckpt_left = {}      # a new round (not starts in the middle of this one)
         for a in plan.start:
             t = self._column[a.worker_type]
             rates = self._rates(a)
@@ -356,7 +359,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              throughputs=None, progress: Callable[[int, float, int, int], None] | None = None,
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
              checkpoint_seconds: float | None = None,
-             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True) -> Simulation:
+             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
+             mid_round_starts: bool = False) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -366,6 +370,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     mechanism (`checkpoint_seconds` is its old name); `hysteresis` and
     `move_hysteresis` (in rounds) and `work_conserving` set the mechanism's
     churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
+    `mid_round_starts`: a job that arrives during a round starts at once on
+    GPUs that are idle (Engine.start_arrivals) instead of at the next round.
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -408,11 +414,21 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
             break
         if not backend.active_jobs and backend.next_arrival is not None:
             # an idle cluster: jump to the round boundary at or after the next arrival
+            # (with mid-round starts: the last one before it, and start it on arrival)
             now = clock.now()
             if backend.next_arrival > now:
-                clock.sleep_until(now + math.ceil((backend.next_arrival - now) / round_seconds)
+                rounds = (backend.next_arrival - now) / round_seconds
+                clock.sleep_until(now + (math.floor(rounds) if mid_round_starts else math.ceil(rounds))
                                   * round_seconds)
-        engine.step()
+        if mid_round_starts:
+            engine.plan()
+            # jobs that arrive during the round start on idle GPUs at once (Engine.start_arrivals)
+            while backend.next_arrival is not None and backend.next_arrival < engine.round_end:
+                clock.sleep_until(backend.next_arrival)
+                engine.start_arrivals()
+            engine.wait()
+        else:
+            engine.step()
         new = store.departures[seen:]
         seen = len(store.departures)
         if wanted is not None:
