@@ -227,6 +227,7 @@ class Engine:
         self._placements: dict = {}
         self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
         self._capacity_of: tuple = (None, None)
+        self._steady: Allocation | None = None     # the allocation whose rows all run on their one type
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = getattr(self.store, "keeps_usage", True)
 
@@ -246,12 +247,23 @@ class Engine:
         now = self.clock.now()
         obs = self._observe(now)
         job_ids = self._refresh(obs, now)
-        scale_factors = self._sizes
-        previous = [a for a in obs.running
-                    if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
-        plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
-                          previous, self._placements, self._usable_for(self.allocation), self.churn)
         round_end = now + self.round_seconds
+        last = self.last_plan
+        quiet = getattr(self.backend, "quiet_until", None)
+        if (quiet is not None and last is not None and self._steady is self.allocation
+                and obs.running is last.assignments and not obs.departures and quiet >= round_end):
+            # Nothing changed and nothing will before the round ends, and every row runs
+            # on its only positive entry: plan_round would renew every lease (its
+            # `_renew_all`); the order it lists them in matters only in a round in which
+            # a job finishes (the backend's `quiet_until` rules that out), so the same.
+            plan = RoundPlan(self.round, last.assignments, last.assignments, (), (), frozenset())
+        else:
+            scale_factors = self._sizes
+            previous = [a for a in obs.running
+                        if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
+            plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
+                              previous, self._placements, self._usable_for(self.allocation), self.churn)
+            self._steady = self.allocation if quiet is not None and self._renews_all(plan) else None
         self.store.round(now, plan)         # first the record; if it fails, nothing is done
         self.backend.execute(plan, round_end)
         self.last_plan = plan
@@ -260,6 +272,25 @@ class Engine:
         self._round_end = round_end
         self._save_state()
         return plan
+
+    def _renews_all(self, plan: RoundPlan) -> bool:
+        """Whether `plan` runs every row of the allocation in force on its only positive
+        entry, starting and stopping nothing (so that, until something changes, every
+        round renews the same leases)."""
+        alloc = self.allocation
+        if (plan.start or plan.preempt or plan.filling or self._placements or len(alloc.pair_jobs)
+                or len(plan.keep) != len(alloc.job_ids)):
+            return False
+        positive = alloc.x > 0
+        if np.count_nonzero(positive) != len(alloc.job_ids):
+            return False
+        row = {job: i for i, job in enumerate(alloc.job_ids)}
+        column = {wt: j for j, wt in enumerate(alloc.worker_types)}
+        for a in plan.keep:
+            i = row.get(a.jobs[0])
+            if i is None or len(a.jobs) != 1 or not positive[i, column[a.worker_type]]:
+                return False
+        return True
 
     @property
     def round_end(self) -> float:

@@ -136,6 +136,7 @@ class SimulatedCluster:
         self._running: tuple[Assignment, ...] = ()
         self._round: tuple[float, float] | None = None    # (advanced up to, end) of the executed round
         self._ckpt_left: dict[str, float] = {}            # restart seconds a start still has to pay
+        self._finish_at: dict[str, float] = {}            # running jobs: when they finish at their rate
         self._usage: list[Usage] = []
         # Last round's Usage of each running assignment (by id; the Usage keeps it
         # alive): a lease renewed for a whole round reports the very same one.
@@ -175,6 +176,7 @@ class SimulatedCluster:
         for job in plan.preempt:
             self._rate.pop(job, None)
             self._type.pop(job, None)
+            self._finish_at.pop(job, None)
         if not (self._round is not None and self._round[1] == round_end):
             self._ckpt_left = {}      # a new round (not starts in the middle of this one)
         for a in plan.start:
@@ -184,6 +186,10 @@ class SimulatedCluster:
                 self._rate[job] = rate
                 self._type[job] = t
                 self._ckpt_left[job] = self.restart_seconds
+                left = self._active[job].total_steps - self._done[job]
+                # the restart cost is charged within this round only (_ckpt_left is per round)
+                cost = min(self.restart_seconds, max(round_end - now, 0.0))
+                self._finish_at[job] = now + cost + left / rate if rate > 0 else math.inf
                 r = self.results[job]
                 r.starts += 1
                 if r.starts == 1:
@@ -204,6 +210,16 @@ class SimulatedCluster:
     @property
     def next_arrival(self) -> float | None:
         return None if self._next is None else self._next[1].arrival_time
+
+    @property
+    def quiet_until(self) -> float:
+        """A time before which no job arrives or finishes (the engine may then renew a round's
+        leases without planning it; a second's margin for rounding); -inf while measuring
+        (the order of measurements follows the plan's)."""
+        if self.measure:
+            return -math.inf
+        arrival = self._next[1].arrival_time if self._next is not None else math.inf
+        return min(arrival, min(self._finish_at.values(), default=math.inf) - 1.0)
 
     def active_ids(self) -> list[str]:
         return list(self._active)
@@ -236,6 +252,7 @@ class SimulatedCluster:
         del self._active[job_id]
         self._rate.pop(job_id, None)
         self._type.pop(job_id, None)
+        self._finish_at.pop(job_id, None)
         self._departures.append(Departure(job_id, t))
 
     def _rates(self, a: Assignment) -> tuple[float, ...]:
