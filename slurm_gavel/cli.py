@@ -138,6 +138,9 @@ def _workload_options(p):
                         "split in the long run)")
     p.add_argument("--no-work-conserving", action="store_false", dest="work_conserving",
                    help="leave GPUs idle rather than give them to jobs with no share on their type")
+    p.add_argument("--no-mid-round-starts", action="store_false", dest="mid_round_starts",
+                   help="a job that arrives during a round waits for the next one (default: it "
+                        "starts at once on GPUs that are idle)")
     p.add_argument("--solver-delay", type=float, default=0.0, metavar="S",
                    help="simulated seconds each policy solve takes; rounds go on meanwhile")
     p.add_argument("--prices", metavar="TYPE=$/h,...", help="GPU prices, for the cost line")
@@ -381,7 +384,7 @@ def _run_config(args, **overrides):
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
-                  carry_owed=args.carry_owed,
+                  carry_owed=args.carry_owed, mid_round_starts=args.mid_round_starts,
                   solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
                   reset_seconds=args.reset_seconds)

@@ -205,3 +205,94 @@ def test_max_min_arrays_built_in_place_are_the_pattern_and_values_of_the_plain_b
     assert np.array_equal(captured["col_upper"][:-1], (solo > 0).astype(float).ravel())
     assert captured["col_upper"][-1] == np.inf and captured["cost"][-1] == 1.0 and not captured["cost"][:-1].any()
     assert found is not None
+
+
+@pytest.mark.parametrize("seed,churn", [(0, False), (1, True), (2, True)])
+def test_renewing_every_lease_at_once_is_the_plan_select_and_place_give(monkeypatch, seed, churn):
+    """plan_round's shortcut for a round where every row runs on its only positive entry
+    (`_renew_all`) against the full path, on every round of small simulations."""
+    from dataclasses import replace
+
+    from slurm_gavel.core import engine as engine_mod
+    from slurm_gavel.core import mechanism
+    from slurm_gavel.sim.workloads import generate_trace
+
+    real_renew = mechanism._renew_all
+    counts = {"shortcut": 0, "rounds": 0}
+
+    def counted(*args):
+        out = real_renew(*args)
+        counts["shortcut"] += out is not None
+        return out
+
+    def both(*args, **kwargs):
+        monkeypatch.setattr(mechanism, "_renew_all", counted)
+        fast = mechanism.plan_round(*args, **kwargs)
+        monkeypatch.setattr(mechanism, "_renew_all", lambda *a: None)
+        full = mechanism.plan_round(*args, **kwargs)
+        counts["rounds"] += 1
+        assert fast == full
+        assert [id(a) for a in fast.keep] == [id(a) for a in full.keep]     # the very same leases
+        return fast
+
+    monkeypatch.setattr(engine_mod, "plan_round", both)
+    # every round through plan_round (no quiet rounds renewed by the engine alone)
+    monkeypatch.setattr(SimulatedCluster, "quiet_until", property(lambda self: None))
+    table = small_table()
+    jobs = generate_trace(table, n_jobs=25, rate_per_hour=10, seed=seed)
+    # every third job of a model with a 2-GPU throughput takes two GPUs
+    jobs = [replace(j, scale_factor=2) if i % 3 == 0 and j.job_type in ("fast", "mid") else j
+            for i, j in enumerate(jobs)]
+    clock = SimulatedClock()
+    cost = 18.0 if churn else 0.0
+    backend = SimulatedCluster(jobs, table, {"v100": 3, "p100": 3, "k80": 3}, clock, gpus_per_node=2,
+                               restart_seconds=cost)
+    engine = Engine(clock, backend, Immediate(make_policy("max_min_fairness")), TableThroughputs(table),
+                    MemoryStore(keep_rounds=False), 360.0, hysteresis=2.0 if churn else 0.0,
+                    restart_seconds=cost, move_hysteresis=5.0 if churn else 0.0)
+    for _ in range(2000):
+        if backend.finished:
+            break
+        engine.step()
+    assert backend.finished and counts["rounds"] > 50
+    assert counts["shortcut"] > 10        # the shortcut's rounds were among them
+
+
+@pytest.mark.parametrize("mid_round", [False, True])
+def test_rounds_renewed_without_planning_give_the_same_run(monkeypatch, mid_round):
+    """A round the simulator says is quiet (no arrival, no completion before it ends) whose
+    last plan renewed every lease is renewed without plan_round: the same results, job by
+    job, as planning every round (`quiet_until` turned off)."""
+    from dataclasses import replace
+
+    from slurm_gavel.core import engine as engine_mod
+    from slurm_gavel.sim.simulator import simulate
+    from slurm_gavel.sim.workloads import generate_trace
+
+    table = small_table()
+    jobs = generate_trace(table, n_jobs=40, rate_per_hour=4, seed=7)
+    jobs = [replace(j, scale_factor=2) if i % 4 == 0 and j.job_type in ("fast", "mid") else j
+            for i, j in enumerate(jobs)]
+    planned = []
+    real = engine_mod.plan_round
+
+    def counted(*args, **kwargs):
+        planned.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_mod, "plan_round", counted)
+
+    def run():
+        planned.clear()
+        sim = simulate(jobs, table, {"v100": 3, "p100": 3, "k80": 3}, make_policy("max_min_fairness"),
+                       gpus_per_node=2, restart_seconds=18.0, mid_round_starts=mid_round)
+        return sim, len(planned)
+
+    skipping, planned_some = run()
+    monkeypatch.setattr(SimulatedCluster, "quiet_until", property(lambda self: None))
+    every, planned_all = run()
+    assert skipping.rounds == every.rounds and planned_all >= every.rounds
+    assert planned_some < planned_all * 0.8          # rounds were renewed without planning
+    assert {k: (r.finish, r.starts, r.seconds, r.steps_done) for k, r in skipping.results.items()} == \
+        {k: (r.finish, r.starts, r.seconds, r.steps_done) for k, r in every.results.items()}
+    assert skipping.busy_gpu_seconds == every.busy_gpu_seconds

@@ -42,7 +42,7 @@ import numpy as np
 
 from .backend import Backend, JobState, Observation
 from .clock import Clock
-from .mechanism import Churn, Ledger, RoundPlan, plan_round
+from .mechanism import Churn, Ledger, RoundPlan, Server, plan_round
 from .model import Allocation, PolicyInput
 from .state import EngineState
 from .store import MemoryStore, Store
@@ -133,6 +133,16 @@ def _entity_weights(jobs: Sequence[JobState], weights: Mapping[str, float] | Non
     present = {j.entity: float(weights.get(j.entity, 1.0)) for j in jobs}
     middle = float(np.median(list(present.values()))) if present else 1.0
     return {e: w / middle for e, w in present.items()}
+
+
+def _idle_servers(servers: Sequence[Server], running: Sequence) -> tuple[Server, ...]:
+    """`servers` with only their GPUs that no running assignment holds (servers with none left out)."""
+    held: dict[str, int] = {}
+    for a in running:
+        for name, count in a.servers:
+            held[name] = held.get(name, 0) + count
+    return tuple(s if not held.get(s.name) else Server(s.name, s.worker_type, s.gpus - held[s.name])
+                 for s in servers if s.gpus - held.get(s.name, 0) > 0)
 
 
 def compose(solved: Allocation | None, inp: PolicyInput) -> Allocation:
@@ -236,6 +246,7 @@ class Engine:
         self._placements: dict = {}
         self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
         self._capacity_of: tuple = (None, None)
+        self._steady: Allocation | None = None     # the allocation whose rows all run on their one type
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = getattr(self.store, "keeps_usage", True)
 
@@ -254,7 +265,117 @@ class Engine:
         """Observe, (re)solve on reset events, plan the round and hand it to the backend."""
         now = self.clock.now()
         obs = self._observe(now)
+        job_ids = self._refresh(obs, now)
+        round_end = now + self.round_seconds
+        last = self.last_plan
+        quiet = getattr(self.backend, "quiet_until", None)
+        if (quiet is not None and last is not None and self._steady is self.allocation
+                and obs.running is last.assignments and not obs.departures and quiet >= round_end):
+            # Nothing changed and nothing will before the round ends, and every row runs
+            # on its only positive entry: plan_round would renew every lease (its
+            # `_renew_all`); the order it lists them in matters only in a round in which
+            # a job finishes (the backend's `quiet_until` rules that out), so the same.
+            plan = RoundPlan(self.round, last.assignments, last.assignments, (), (), frozenset())
+        else:
+            scale_factors = self._sizes
+            previous = [a for a in obs.running
+                        if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
+            plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
+                              previous, self._placements, self._usable_for(self.allocation), self.churn)
+            self._steady = self.allocation if quiet is not None and self._renews_all(plan) else None
+        self.store.round(now, plan)         # first the record; if it fails, nothing is done
+        self.backend.execute(plan, round_end)
+        self.last_plan = plan
+        self.active_ids = list(job_ids)
+        self.round += 1
+        self._round_end = round_end
+        self._save_state()
+        return plan
 
+    def _renews_all(self, plan: RoundPlan) -> bool:
+        """Whether `plan` runs every row of the allocation in force on its only positive
+        entry, starting and stopping nothing (so that, until something changes, every
+        round renews the same leases)."""
+        alloc = self.allocation
+        if (plan.start or plan.preempt or plan.filling or self._placements or len(alloc.pair_jobs)
+                or len(plan.keep) != len(alloc.job_ids)):
+            return False
+        positive = alloc.x > 0
+        if np.count_nonzero(positive) != len(alloc.job_ids):
+            return False
+        row = {job: i for i, job in enumerate(alloc.job_ids)}
+        column = {wt: j for j, wt in enumerate(alloc.worker_types)}
+        for a in plan.keep:
+            i = row.get(a.jobs[0])
+            if i is None or len(a.jobs) != 1 or not positive[i, column[a.worker_type]]:
+                return False
+        return True
+
+    @property
+    def round_end(self) -> float:
+        """When the round planned last ends (-inf before the first)."""
+        return self._round_end
+
+    def start_arrivals(self) -> RoundPlan | None:
+        """In the middle of a round: start jobs that arrived since it began on GPUs that are idle.
+
+        Observes (like `settle`); when jobs arrived and GPUs are idle (no
+        running assignment holds them: never planned, or freed by a job that
+        finished), the newcomers fill them at once, as the work-conserving
+        rule fills idle GPUs (each where it runs fastest relative to its best
+        type, in arrival order among equals; `RoundPlan.filling`).  Nothing
+        that runs is stopped or moved, the round ends when it would have, and
+        the arrival stays a reset event of the next round (its solve, the new
+        allocation), so a round's planning is the same as before but for the
+        newcomers already running.  Returns the round's new plan (the running
+        assignments kept, the newcomers started) or None when none started.
+        Without this a newcomer waits up to a round while GPUs it could use
+        stand idle.
+        """
+        now = self.clock.now()
+        obs = self._observe(now)
+        last = self.last_plan
+        if last is None or now >= self._round_end:
+            return None                     # no round under way: the next plan() does it all
+        known = set(self._job_ids)
+        running = {job for a in obs.running for job in a.jobs}      # newcomers started earlier in the round
+        new = [j for j in obs.jobs if j.id not in known and j.id not in running and not j.hold_reason]
+        if not new:
+            return None
+        idle = _idle_servers(obs.servers, obs.running)
+        room: dict[str, int] = {}
+        for s in idle:
+            room[s.worker_type] = room.get(s.worker_type, 0) + s.gpus
+        new = [j for j in new if j.scale_factor <= max(room.values(), default=0)]
+        if not new:
+            return None                     # no newcomer fits the idle GPUs: wait for the round
+        table = self._masked(new, self.throughputs.lookup(new, self.worker_types))
+        solo = np.nan_to_num(table.solo, nan=0.0)
+        best = solo.max(axis=1, keepdims=True)
+        usable = np.divide(solo, best, out=np.zeros_like(solo), where=best > 0)
+        ids = tuple(j.id for j in new)
+        waiting = Allocation(ids, self.worker_types, np.zeros((len(ids), len(self.worker_types))),
+                             policy=INTERIM)
+        placements = {j.id: j.placement for j in new if j.placement is not None and j.placement.restricts}
+        plan = plan_round(last.round, waiting, self.ledger, idle, {j.id: j.scale_factor for j in new},
+                          (), placements, usable, self.churn)
+        if not plan.start:
+            return None
+        running = tuple(obs.running)
+        plan = RoundPlan(last.round, running + plan.start, running, plan.start, (),
+                         frozenset(job for job in last.filling if any(job in a.jobs for a in running))
+                         | plan.filling)
+        self.store.round(now, plan)
+        self.backend.execute(plan, self._round_end)
+        self.last_plan = plan
+        self.active_ids = list(dict.fromkeys([*self.active_ids, *ids]))
+        self._save_state()
+        return plan
+
+    def _refresh(self, obs: Observation, now: float) -> tuple[str, ...]:
+        """On reset events (jobs, servers or rules changed, the timer, stale estimates): a new
+        policy input and solve; the allocation in force composed again when it changed.
+        Returns the active job ids."""
         if obs.jobs is not self._seen_jobs:     # a backend may hand over the same tuple every round
             self._seen_jobs, self._seen_ids, self._sizes = obs.jobs, tuple(j.id for j in obs.jobs), None
             self._seen_rules = tuple((j.id, j.placement, bool(j.hold_reason)) for j in obs.jobs
@@ -304,20 +425,7 @@ class Engine:
             self._sizes = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
             self._placements = {j.id: j.placement for j in obs.jobs if j.id in self._sizes
                                 and j.placement is not None and j.placement.restricts}
-        scale_factors = self._sizes
-        previous = [a for a in obs.running
-                    if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
-        plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
-                          previous, self._placements, self._usable_for(self.allocation), self.churn)
-        round_end = now + self.round_seconds
-        self.store.round(now, plan)         # first the record; if it fails, nothing is done
-        self.backend.execute(plan, round_end)
-        self.last_plan = plan
-        self.active_ids = list(job_ids)
-        self.round += 1
-        self._round_end = round_end
-        self._save_state()
-        return plan
+        return job_ids
 
     def _owed(self, allocation: Allocation | None, now: float) -> tuple[list, float]:
         """What each row of the allocation in force until now was still owed since the last

@@ -155,13 +155,18 @@ class Churn:
         seeded, minus the lease credit of the (row, type) entries in `staying`, plus the
         restart cost for every other entry, plus `move_hysteresis` for the other types of
         a running row (a move of its own)."""
+        if not staying:
+            return self._shifted(received, None, None)
+        return self._shifted(received, [rt[0] for rt in staying], [rt[1] for rt in staying])
+
+    def _shifted(self, received: np.ndarray, r, t) -> np.ndarray:
+        """`received` for the running (row, type) entries given as index arrays `r`, `t`
+        (None: no row runs)."""
         shift = self.seed_seconds + self.restart_seconds
         if shift:
             received += shift
         credit = self.hysteresis + self.restart_seconds
-        if (credit or self.move_hysteresis) and staying:
-            r = [rt[0] for rt in staying]
-            t = [rt[1] for rt in staying]
+        if (credit or self.move_hysteresis) and r is not None and len(r):
             if self.move_hysteresis:
                 received[r] += self.move_hysteresis
                 credit += self.move_hysteresis
@@ -544,6 +549,41 @@ def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -
     return True
 
 
+def _renew_all(rows, prio, running_on, sizes, free, before, servers) -> tuple[Assignment, ...] | None:
+    """The round's assignments when every row runs and its only positive priority is on the
+    type it runs on (and they still fit): every lease renewed, in the order `select` would
+    pick them (highest priority first, then row order), without picking and placing.
+    None when the round is not such a round (the full path plans it).
+
+    The common round between arrivals and departures; the same plan as the full
+    path gives (tests/test_mechanism.py holds the two against each other).
+    """
+    n = len(rows)
+    positive = prio > 0
+    if np.count_nonzero(positive) != n:
+        return None
+    values = prio[np.arange(n), running_on]
+    if not (values > 0).all():
+        return None
+    assignments = [before[row] for row in rows]
+    used = [0] * len(free)
+    for a, t, need in zip(assignments, running_on.tolist(), sizes):
+        if a.gpus != need:
+            return None
+        used[t] += need
+    if any(u > f for u, f in zip(used, free)):
+        return None
+    room = dict(_layout(servers).free)
+    for a in assignments:
+        for name, count in a.servers:
+            left = room.get(name, 0) - count
+            if left < 0:
+                return None          # its servers are no longer free (the full path moves it)
+            room[name] = left
+    order = np.argsort(-values, kind="stable")
+    return tuple([assignments[r] for r in order.tolist()])
+
+
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
                scale_factors: Mapping[str, int],
                previous: Sequence[Assignment] = (),
@@ -570,14 +610,17 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     index = _row_index(rows)
     staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
     running_on = np.full(len(rows), -1, dtype=np.int64)
+    staying_rows = staying_types = None
     if staying:
-        running_on[[rt[0] for rt in staying]] = [rt[1] for rt in staying]
+        staying_rows = np.array([rt[0] for rt in staying], dtype=np.int64)
+        staying_types = np.array([rt[1] for rt in staying], dtype=np.int64)
+        running_on[staying_rows] = staying_types
     received = ledger.since_reset(rows)
     owed = ledger.owed(rows)
     if owed is not None:
         received -= owed          # what a row was owed before the reset counts as not received
     if churn is not PLAIN:
-        received = churn.received(received, staying)
+        received = churn._shifted(received, staying_rows, staying_types)
     prio = priorities(x, received)
     placements = {job: p for job, p in (placements or {}).items() if p.restricts}
     if usable is not None:
@@ -600,6 +643,10 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     sizes = [int(scale_factors[row[0]]) for row in rows]
     gpus = _layout(servers).gpus
     free = [gpus.get(wt, 0) for wt in worker_types]
+    if not placements and len(staying) == len(rows) == len(before) and not len(allocation.pair_jobs):
+        kept = _renew_all(rows, prio, running_on, sizes, free, before, servers)
+        if kept is not None:
+            return RoundPlan(number, kept, kept, (), (), frozenset())
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
     fills: list[tuple[int, int]] = []
     chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)

@@ -55,6 +55,7 @@ class RunConfig:
     work_conserving: bool = True              # mechanism: idle GPUs go to jobs without a share there
     move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS   # mechanism: how far behind a running job must be to move
     carry_owed: bool = True                   # mechanism: what jobs were owed survives a ledger reset
+    mid_round_starts: bool = True             # a job arriving while GPUs are idle starts on them at once
 
     @property
     def label(self) -> str:
@@ -97,7 +98,8 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    prices=dict(config.prices), max_rounds=config.max_rounds,
                    reset_seconds=config.reset_seconds, progress=progress,
                    hysteresis=config.hysteresis, work_conserving=config.work_conserving,
-                   move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed)
+                   move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed,
+                   mid_round_starts=config.mid_round_starts)
     return sim, table
 
 

@@ -4,8 +4,10 @@
 a trace and a throughput table: jobs arrive at their trace times, make
 progress at the table's throughput for the type (and placement, and
 partner) they were given, and finish at the exact moment their last step
-is done; their GPUs stay idle until the round ends, as on a real cluster
-whose scheduler acts at round boundaries.  Each start or resume of a job
+is done.  The scheduler plans at round boundaries; in between, a job that
+arrives while GPUs are idle (never planned, or freed by a job that finished)
+starts on them at once (`mid_round_starts`, Engine.start_arrivals, as the
+daemon's ticks do), else it waits for the next round.  Each start or resume of a job
 costs it `restart_seconds` of its round (requeue, launch, imports,
 checkpoint load: GPUs held, no progress); the mechanism is told the same
 cost and weighs it against the gain of a move.
@@ -134,6 +136,7 @@ class SimulatedCluster:
         self._running: tuple[Assignment, ...] = ()
         self._round: tuple[float, float] | None = None    # (advanced up to, end) of the executed round
         self._ckpt_left: dict[str, float] = {}            # restart seconds a start still has to pay
+        self._finish_at: dict[str, float] = {}            # running jobs: when they finish at their rate
         self._usage: list[Usage] = []
         # Last round's Usage of each running assignment (by id; the Usage keeps it
         # alive): a lease renewed for a whole round reports the very same one.
@@ -173,7 +176,9 @@ class SimulatedCluster:
         for job in plan.preempt:
             self._rate.pop(job, None)
             self._type.pop(job, None)
-        self._ckpt_left = {}
+            self._finish_at.pop(job, None)
+        if not (self._round is not None and self._round[1] == round_end):
+            self._ckpt_left = {}      # a new round (not starts in the middle of this one)
         for a in plan.start:
             t = self._column[a.worker_type]
             rates = self._rates(a)
@@ -181,6 +186,10 @@ class SimulatedCluster:
                 self._rate[job] = rate
                 self._type[job] = t
                 self._ckpt_left[job] = self.restart_seconds
+                left = self._active[job].total_steps - self._done[job]
+                # the restart cost is charged within this round only (_ckpt_left is per round)
+                cost = min(self.restart_seconds, max(round_end - now, 0.0))
+                self._finish_at[job] = now + cost + left / rate if rate > 0 else math.inf
                 r = self.results[job]
                 r.starts += 1
                 if r.starts == 1:
@@ -201,6 +210,16 @@ class SimulatedCluster:
     @property
     def next_arrival(self) -> float | None:
         return None if self._next is None else self._next[1].arrival_time
+
+    @property
+    def quiet_until(self) -> float:
+        """A time before which no job arrives or finishes (the engine may then renew a round's
+        leases without planning it; a second's margin for rounding); -inf while measuring
+        (the order of measurements follows the plan's)."""
+        if self.measure:
+            return -math.inf
+        arrival = self._next[1].arrival_time if self._next is not None else math.inf
+        return min(arrival, min(self._finish_at.values(), default=math.inf) - 1.0)
 
     def active_ids(self) -> list[str]:
         return list(self._active)
@@ -233,6 +252,7 @@ class SimulatedCluster:
         del self._active[job_id]
         self._rate.pop(job_id, None)
         self._type.pop(job_id, None)
+        self._finish_at.pop(job_id, None)
         self._departures.append(Departure(job_id, t))
 
     def _rates(self, a: Assignment) -> tuple[float, ...]:
@@ -356,7 +376,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              throughputs=None, progress: Callable[[int, float, int, int], None] | None = None,
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
              checkpoint_seconds: float | None = None,
-             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True) -> Simulation:
+             move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
+             mid_round_starts: bool = False) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -366,6 +387,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     mechanism (`checkpoint_seconds` is its old name); `hysteresis` and
     `move_hysteresis` (in rounds) and `work_conserving` set the mechanism's
     churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
+    `mid_round_starts`: a job that arrives during a round starts at once on
+    GPUs that are idle (Engine.start_arrivals) instead of at the next round.
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -408,11 +431,21 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
             break
         if not backend.active_jobs and backend.next_arrival is not None:
             # an idle cluster: jump to the round boundary at or after the next arrival
+            # (with mid-round starts: the last one before it, and start it on arrival)
             now = clock.now()
             if backend.next_arrival > now:
-                clock.sleep_until(now + math.ceil((backend.next_arrival - now) / round_seconds)
+                rounds = (backend.next_arrival - now) / round_seconds
+                clock.sleep_until(now + (math.floor(rounds) if mid_round_starts else math.ceil(rounds))
                                   * round_seconds)
-        engine.step()
+        if mid_round_starts:
+            engine.plan()
+            # jobs that arrive during the round start on idle GPUs at once (Engine.start_arrivals)
+            while backend.next_arrival is not None and backend.next_arrival < engine.round_end:
+                clock.sleep_until(backend.next_arrival)
+                engine.start_arrivals()
+            engine.wait()
+        else:
+            engine.step()
         new = store.departures[seen:]
         seen = len(store.departures)
         if wanted is not None:

@@ -143,6 +143,7 @@ class SlurmBackend:
         self.grace_seconds = grace_seconds
         self.start_timeout = float(start_timeout)
         self.round_seconds: float | None = None        # learned from execute()
+        self._executed_round: int | None = None
         self._stuck: dict[str, _Stuck] = {}
         self._holds: dict[str, str] = {}               # job -> why it is not planned now
         self.lost_settle_seconds = lost_settle_seconds
@@ -613,8 +614,9 @@ class SlurmBackend:
 
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
-        if round_end > now:
+        if round_end > now and plan.round != self._executed_round:   # not a start within the round
             self.round_seconds = round_end - now
+        self._executed_round = plan.round
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
         unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
         if unstart:

@@ -45,6 +45,7 @@ class Config:
     move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
     restart_seconds: float = MEASURED_RESTART_SECONDS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
+    mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
     database: str = "/var/lib/slurm-gavel/state.db"
     throughputs: str | None = None       # a throughput table in Gavel's JSON layout

@@ -273,7 +273,10 @@ class Daemon:
         if not self._storage_ready() or not self.backend.backoff.ready(now):
             return
         try:
-            self.engine.settle()
+            if self.config.mid_round_starts:
+                self.engine.start_arrivals()    # observes, and starts newcomers on idle GPUs
+            else:
+                self.engine.settle()
             self.backend.backoff.succeeded()
             if self.engine.last_plan is not None:     # gqueue follows what Slurm does between rounds
                 self.store.status(self.engine.last_plan.round, now, self._publish())
