@@ -226,3 +226,40 @@ def test_a_plain_job_taking_the_planned_gpus_gets_the_start_replanned_at_once(mi
                             "-j", job], capture_output=True, text=True)
     assert "start taken back" in shown.stdout, shown.stdout + shown.stderr
     cluster.run(["scancel", raced["plain"]], check=False)
+
+
+def test_configured_gpu_types_by_node_set_and_gres_type_on_the_real_cluster(mixed, tmp_path):
+    """[gpu_types]: one type by node set, one by GRES type, both in partition gpu; a job
+    started on one type's node runs there, and the backend credits that type."""
+    from slurm_gavel.core.clock import WallClock
+    from slurm_gavel.core.mechanism import Assignment, RoundPlan
+    from slurm_gavel.slurm.backend import SlurmBackend
+    from slurm_gavel.slurm.commands import SlurmCLI
+
+    cfg = config_mod.from_dict({"gpu_types": {"fast": {"partition": "gpu", "nodes": "v100-[0]"},
+                                              "slow": {"partition": "gpu", "gres": "k80"}}})
+    deadline = time.time() + 60
+    while mixed.run(["squeue", "-h", "-o", "%i"]).stdout.strip():    # the last test's jobs gone
+        assert time.time() < deadline, mixed.run(["squeue"]).stdout
+        time.sleep(0.5)
+    backend = SlurmBackend(SlurmCLI(env=mixed.env), WallClock(), cfg.type_map())
+    obs = backend.observe()
+    assert {(s.name, s.worker_type, s.gpus) for s in obs.servers} == {("v100-0", "fast", 2), ("k80-0", "slow", 2)}
+    job = submit(mixed, tmp_path, "convnet", 1, 30)
+    deadline = time.time() + 30
+    while job not in {j.id for j in backend.observe().jobs}:
+        assert time.time() < deadline, "the job never showed up"
+        time.sleep(0.5)
+    start = Assignment((job,), "slow", (("k80-0", 1),))
+    backend.execute(RoundPlan(0, (start,), (), (start,), ()), time.time() + 30)
+    deadline = time.time() + 30
+    while queue(mixed).get(job) != "RUNNING":
+        assert time.time() < deadline, "the job did not start"
+        time.sleep(0.5)
+    running = [a for a in backend.observe().running if a.jobs == (job,)]
+    assert running[0].worker_type == "slow" and running[0].nodes == ("k80-0",)
+    line = mixed.run(["squeue", "-h", "-j", job, "-o", "%P %N %b"]).stdout.split()
+    assert line[:2] == ["gpu", "k80-0"] and "k80" not in line[2], line     # the request stays untyped
+    time.sleep(2)
+    usage = backend.observe().usage
+    assert usage and {u.assignment.worker_type for u in usage} == {"slow"}

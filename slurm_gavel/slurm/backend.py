@@ -750,10 +750,13 @@ class SlurmBackend:
                 if self._act(what, [job], action):
                     ready.append(job)
                 elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
-                    wt = a.worker_type
-                    self._refused.setdefault(job, {})[wt] = self.refusal.strip().splitlines()[-1]
-                    log.warning("job %s may not use partition %s (%s): %s is left out of its row",
-                                job, partition, self._refused[job][wt], wt)
+                    # every type of that partition (a mixed one holds several)
+                    why = self.refusal.strip().splitlines()[-1]
+                    left = [wt for wt, p in self._partition_of.items() if p == partition] or [a.worker_type]
+                    for wt in left:
+                        self._refused.setdefault(job, {})[wt] = why
+                    log.warning("job %s may not use partition %s (%s): %s left out of its row",
+                                job, partition, why, ", ".join(left))
         if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
             ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
         now = self.clock.now()
