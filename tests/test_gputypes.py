@@ -96,3 +96,14 @@ def test_a_speed_measured_on_one_node_type_is_not_read_as_the_next_nodes():
     assert summary([ran])["steps_per_second"] == 2.0
     assert summary([ran, moved])["steps_per_second"] is None
     assert summary([ran, moved, {**ran, "node": "k80-0", "steps_per_second": 0.5}])["steps_per_second"] == 0.5
+
+
+def test_the_devcluster_mixed_layout_is_one_partition_of_typed_nodes():
+    from slurm_gavel.slurm.devcluster import render_slurm_conf
+    conf = render_slurm_conf("/tmp/x", {"v100": (2, 4), "k80": (1, 2)}, 7000, 7001, mixed="gpu")
+    parts = [line for line in conf.splitlines() if line.startswith("PartitionName=")]
+    assert parts == ["PartitionName=gpu Nodes=v100-0,v100-1,k80-0 Default=YES MaxTime=INFINITE State=UP"]
+    assert "Gres=gpu:v100:4" in conf and "Gres=gpu:k80:2" in conf
+    one_each = render_slurm_conf("/tmp/x", {"v100": (2, 4), "k80": (1, 2)}, 7000, 7001)
+    assert [line.split()[0] for line in one_each.splitlines() if line.startswith("PartitionName=")] == [
+        "PartitionName=v100", "PartitionName=k80"]

@@ -107,8 +107,11 @@ def test_jobs_start_on_the_planned_types_nodes_move_between_types_and_finish(mix
                                         str(tmp_path / "gavel.db"), "--json"], capture_output=True, text=True)
                 if shown.returncode == 0 and shown.stdout.strip():
                     running = {r["jobid"]: r for r in json.loads(shown.stdout)["jobs"] if r["st"] == "R"}
-                    on = dict(line.split() for line in cluster.run(
-                        ["squeue", "-h", "-t", "RUNNING", "-o", "%i %N"]).stdout.splitlines() if line.strip())
+                    # jobs Slurm has run on one node for a while (gqueue is up to a tick behind)
+                    now = time.time()
+                    on = {job: node for job, node, begun in (line.split() for line in cluster.run(
+                        ["squeue", "-h", "-t", "RUNNING", "-o", "%i %N %S"]).stdout.splitlines() if line.strip())
+                          if now - time.mktime(time.strptime(begun, "%Y-%m-%dT%H:%M:%S")) > 5}
                     for job, r in running.items():
                         if job in on and r.get("type"):
                             # gqueue's type is the type of the node Slurm runs it on

@@ -65,7 +65,8 @@ EXIT_IN_USE = 3
 EXIT_STORAGE = 75
 # Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
-                "syslog_facility", "syslog_address")
+                "syslog_facility", "syslog_address",
+                "partitions", "gpu_types")         # the backend's GPU types (gputypes.TypeMap)
 
 
 class TickingClock(WallClock):
