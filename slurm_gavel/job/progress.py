@@ -170,17 +170,18 @@ def summary(records: list[dict]) -> dict | None:
 
     ``step`` and ``total_steps`` come from the newest record; ``steps_per_second``
     is the newest measured rate (progress, checkpoint or done records) on the
-    newest record's partition; ``done`` says whether the newest record is ``done``.
+    newest record's partition and node (in a partition of mixed GPU nodes the node
+    says the GPU type); ``done`` says whether the newest record is ``done``.
     Values of the wrong type (a partition that is not a string, a step that is not a
     finite number) are None.
     """
     if not records:
         return None
     last = records[-1]
-    partition = _text(last.get("partition"))
+    partition, node = _text(last.get("partition")), _text(last.get("node"))
     rate = None
     for r in reversed(records):
-        if _text(r.get("partition")) != partition:
+        if _text(r.get("partition")) != partition or _text(r.get("node")) != node:
             break
         if r.get("event") == "start":
             continue

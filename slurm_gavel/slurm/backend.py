@@ -24,6 +24,13 @@ Acting (`execute`):
   one issued within the same second is refused ("Job credential revoked"),
   which fails the job.
 
+GPU types (gputypes.py): a partition per type, or a partition of mixed GPU nodes
+whose nodes' GRES type (or a configured node set) is the type; the node list a
+start pins says the type, so a job's type is read from its partition and nodes.
+
+A released job whose planned GPUs a non-gavel job took before Slurm started it
+(the plain job won the race between plan and start) is held at the next poll and
+planned again at once (`replan`: the daemon starts a new round), with the reason.
 A released job that Slurm has not started `start_timeout` seconds later
 (its pending reason says why: Resources, ReqNodeNotAvail, PartitionNodeLimit,
 ...) is held again and not planned for a backoff that doubles with each such
@@ -60,6 +67,7 @@ from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_fro
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
 from .feasibility import accepts, judge
+from .gputypes import TypeMap, discover
 from .userfiles import UserFiles
 
 log = logging.getLogger("slurm_gavel.slurm")
@@ -131,7 +139,7 @@ class _Stuck:
 class SlurmBackend:
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
-    def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | None = None,
+    def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | TypeMap | None = None,
                  signal: str = "USR2", signal_all_steps: bool = False, grace_seconds: float = 60.0,
                  dry_run: bool = False, on_event: Callable[[str, str | None, str], None] | None = None,
                  credited_until: float | None = None, progress_dir: str | None = None,
@@ -172,6 +180,10 @@ class SlurmBackend:
         self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
         self._back: dict[str, float] = {}              # node -> when it was first seen usable again
         self._refused: dict[str, dict[str, str]] = {}   # job -> {worker type: Slurm's refusal}
+        # job -> why its last start was taken back at once: a non-gavel job took the GPUs
+        # planned for it between the plan and the start (shown by gqueue until it runs)
+        self._taken: dict[str, str] = {}
+        self.replan = False       # such a start was taken back: the daemon plans again now
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -184,12 +196,16 @@ class SlurmBackend:
         self._progress: dict[str, tuple] = {}          # path -> (file key, summary)
         self._user_files = UserFiles()                 # users' files: safe, bounded reads
         self._nodes = parse_nodes(self.cli.nodes())    # fail early: Slurm must answer once
-        self.partitions = dict(partitions) if partitions else discover_partitions(self._nodes)
-        if not self.partitions:
-            raise InputError("partitions", "no partition holds GPUs of a single type; set "
-                                           "[partitions] in the config (partition = \"gpu type\")")
-        self.worker_types = tuple(dict.fromkeys(self.partitions.values()))
-        self._partition_of = {wt: p for p, wt in self.partitions.items()}
+        # GPU type -> partition (and, in a mixed partition, GRES type / node set): gputypes.py
+        self.types = (partitions if isinstance(partitions, TypeMap) else
+                      TypeMap.from_partitions(partitions) if partitions else discover(self._nodes))
+        if not self.types.where:
+            raise InputError("partitions", "no partition holds typed GPUs (Gres=gpu:TYPE:N); set "
+                                           "[partitions] or [gpu_types] in the config")
+        self.partitions = self.types.partitions     # partition -> type(s), for display
+        self.worker_types = self.types.worker_types
+        self._partition_of = {wt: w.partition for wt, w in self.types.where.items()}
+        self._type_of = self.types.node_types(self._nodes)
 
     # -- polling ---------------------------------------------------------------
     def poll(self) -> None:
@@ -197,8 +213,7 @@ class SlurmBackend:
         jobs = parse_jobs(self.cli.squeue())
         self._nodes = parse_nodes(self.cli.nodes())
         nodes = {n.name: n for n in self._nodes}
-        self._type_of = {n.name: next((self.partitions[p] for p in n.partitions if p in self.partitions), None)
-                         for n in self._nodes}
+        self._type_of = self.types.node_types(self._nodes)
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         for j in jobs:
@@ -242,7 +257,7 @@ class SlurmBackend:
                          if now - v[0] < RESTART_GUARD_SECONDS}
         for job_id, j in gavel.items():
             if j.running and job_id not in self._running:
-                wt = self.partitions_get(j.partition)
+                wt = self._run_type(j.partition, j.nodes)
                 if wt is not None:
                     # Started since the last poll: credit from its start.  Already
                     # running at the first poll (a daemon restart): from where the
@@ -279,6 +294,7 @@ class SlurmBackend:
         self._last_poll = now
         self._settle_lost(now, nodes)
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
+        self._taken = {job: why for job, why in self._taken.items() if job in gavel and not gavel[job].running}
 
     @staticmethod
     def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -372,7 +388,7 @@ class SlurmBackend:
         if self._credited_until is None or final is None:
             return
         for run in final.runs:
-            wt = self.partitions_get(run.partition)
+            wt = self._run_type(run.partition, run.nodes)
             if wt is None or run.end is None:
                 continue
             begin = max(run.start or run.end, self._credited_until)
@@ -380,7 +396,12 @@ class SlurmBackend:
                 self._credit(job_id, _Running(wt, run.nodes, begin), run.end)
 
     def partitions_get(self, partition: str) -> str | None:
-        return self.partitions.get(partition)
+        """The GPU type of a partition of one type (None for a mixed one: see _run_type)."""
+        return self._run_type(partition, ())
+
+    def _run_type(self, partition: str | None, nodes) -> str | None:
+        """The GPU type a job runs on: its partition's, or in a mixed partition its nodes'."""
+        return self.types.run_type(partition, nodes, self._type_of)
 
     def _credit(self, job_id: str, r: _Running, until: float) -> None:
         if until > r.since:
@@ -400,7 +421,7 @@ class SlurmBackend:
         self._hold_again()
         states, bad, holds, sizes = [], {}, {}, {}
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
-            if j.partition and self.partitions_get(j.partition) is None and j.running:
+            if j.partition and self._run_type(j.partition, j.nodes) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
             try:
                 flags = from_admin_comment(j.admin_comment)
@@ -428,7 +449,7 @@ class SlurmBackend:
         steps_done, measurements = self._read_progress(states)
         servers = []
         for n in self._nodes:
-            wt = next((self.partitions[p] for p in n.partitions if p in self.partitions), None)
+            wt = self._type_of.get(n.name)
             if wt is None or not n.usable:
                 continue
             free = n.gpus - self._others_gpus.get(n.name, 0)
@@ -457,7 +478,7 @@ class SlurmBackend:
 
     def _where(self, j: SlurmJob, now: float) -> tuple[Placement, str]:
         """Where the job may run and, if it must not be planned now, why."""
-        verdict = judge(j, self._nodes, self.partitions)
+        verdict = judge(j, self._nodes, self.partitions, node_types=self._type_of)
         base = SPREAD if j.reshapeable else ONE_NODE
         if verdict.hold:
             return base, verdict.hold
@@ -491,7 +512,7 @@ class SlurmBackend:
         if not j.exclusive:
             return max(1, j.total_gpus)
         allowed = placement.servers if placement is not None else None
-        sizes = [n.gpus for n in self._nodes if any(p in self.partitions for p in n.partitions)
+        sizes = [n.gpus for n in self._nodes if n.name in self._type_of
                  and (allowed is None or n.name in allowed)]
         return max([max(1, j.total_gpus)] + sizes)
 
@@ -508,11 +529,16 @@ class SlurmBackend:
         # Nodes where a preempted job is still saving its checkpoint: a job released
         # onto them waits for its GPUs (Resources) through no fault of its own.
         freeing = {n for job in self._preempted if job in self._running for n in self._running[job].nodes}
-        late = []
+        late, taken = [], {}
         for job_id, (a, at) in list(self._starting.items()):
             j = self._jobs.get(job_id)
             if j is not None and not j.running and freeing.intersection(a.nodes):
                 self._starting[job_id] = (a, now)       # its bound starts once they are free
+                continue
+            why = self._taken_from(j, a) if j is not None and not j.running and "JobHeld" not in j.reason \
+                else ""
+            if why:
+                taken[job_id] = why
                 continue
             if j is None or j.running or self._ran_since_release(j):
                 del self._starting[job_id]
@@ -522,6 +548,8 @@ class SlurmBackend:
                 del self._starting[job_id]               # held by someone else meanwhile
             elif now - at > self.start_timeout:
                 late.append((job_id, j, at))
+        if taken:
+            self._take_back_taken(taken)
         if not late:
             return
         ids = [job_id for job_id, _, _ in late]
@@ -537,6 +565,37 @@ class SlurmBackend:
             self.on_event("stuck", job_id, f"not started {now - at:.0f} s after release, Slurm says: "
                                            f"{j.reason}; retry in {delay:.0f} s")
 
+    def _taken_from(self, j: SlurmJob, a: Assignment) -> str:
+        """Why the released, pending `j` cannot start where it was planned ("" if it can):
+        a non-gavel job holds GPUs of a planned node that the plan counted as free."""
+        nodes = {n.name: n for n in self._nodes}
+        gavel: dict[str, int] = {}
+        for other in self._jobs.values():
+            if other.running and other.job_id != j.job_id:
+                for n in other.nodes:
+                    gavel[n] = gavel.get(n, 0) + other.gpus_on(n)
+        short = []
+        for name, need in a.servers:
+            n, others = nodes.get(name), self._others_gpus.get(name, 0)
+            if n is not None and others > 0 and n.gpus - others - gavel.get(name, 0) < need:
+                short.append(f"{name} ({others} of its {n.gpus} GPUs)")
+        return ", ".join(short)
+
+    def _take_back_taken(self, taken: Mapping[str, str]) -> None:
+        """Hold at once each released job whose planned GPUs a non-gavel job took before Slurm
+        started it (it would wait for them, pinned to those nodes), without a backoff: it
+        is planned again at once (`replan`), on the GPUs that are free now."""
+        ids = sorted(taken)
+        if not self._act("hold (its planned GPUs were taken)", ids, lambda: self.cli.hold(ids)):
+            return                    # the next poll sees what happened (it may have started)
+        for job_id in ids:
+            del self._starting[job_id]
+            why = f"non-gavel jobs took the GPUs planned for it on {taken[job_id]} before it started"
+            self._taken[job_id] = why + "; held and planned again at once"
+            log.warning("job %s: %s: held, planned again at once", job_id, why)
+            self.on_event("start_taken", job_id, why)
+        self.replan = True
+
     def job_status(self) -> dict[str, dict]:
         """Per gavel job what Slurm really does with it, for `gqueue`: state R (Slurm runs it:
         `gpus`, `worker_type`), S (released, not started yet), W (not planned: `detail`), PD."""
@@ -546,7 +605,7 @@ class SlurmBackend:
             if j.running:
                 r = self._running.get(job_id)
                 out[job_id] = {"state": "R", "gpus": j.total_gpus,
-                               "worker_type": r.worker_type if r else self.partitions_get(j.partition)}
+                               "worker_type": r.worker_type if r else self._run_type(j.partition, j.nodes)}
             elif job_id in self._starting:
                 _, at = self._starting[job_id]
                 out[job_id] = {"state": "S", "gpus": 0,
@@ -554,6 +613,8 @@ class SlurmBackend:
                                          f"{j.reason or 'nothing yet'}"}
             elif job_id in self._holds:
                 out[job_id] = {"state": "W", "gpus": 0, "detail": self._holds[job_id]}
+            elif job_id in self._taken:
+                out[job_id] = {"state": "PD", "gpus": 0, "detail": self._taken[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
         return out
@@ -600,7 +661,8 @@ class SlurmBackend:
                     continue
                 if info.get("step") is not None:
                     done[job_id] = float(info["step"])
-                wt = self.partitions.get(info.get("partition") or "")
+                # the record's partition, and in a mixed partition its node, says the type
+                wt = self._run_type(info.get("partition"), [info["node"]] if info.get("node") else j.nodes)
                 if info.get("steps_per_second") and wt and j.running:
                     # Slurm's node list says whether the run was spread (unconsolidated)
                     seen.append(Measurement(job_id, wt, float(info["steps_per_second"]),
@@ -692,10 +754,13 @@ class SlurmBackend:
                 if self._act(what, [job], action):
                     ready.append(job)
                 elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
-                    wt = self.partitions[partition]
-                    self._refused.setdefault(job, {})[wt] = self.refusal.strip().splitlines()[-1]
-                    log.warning("job %s may not use partition %s (%s): %s is left out of its row",
-                                job, partition, self._refused[job][wt], wt)
+                    # every type of that partition (a mixed one holds several)
+                    why = self.refusal.strip().splitlines()[-1]
+                    left = [wt for wt, p in self._partition_of.items() if p == partition] or [a.worker_type]
+                    for wt in left:
+                        self._refused.setdefault(job, {})[wt] = why
+                    log.warning("job %s may not use partition %s (%s): %s left out of its row",
+                                job, partition, why, ", ".join(left))
         if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
             ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
         now = self.clock.now()

@@ -51,6 +51,9 @@ class Config:
     throughputs: str | None = None       # a throughput table in Gavel's JSON layout
     explore_rounds: int = 6              # rounds a job of a model nobody measured explores types
     partitions: Mapping[str, str] = field(default_factory=dict)  # partition -> GPU type; {} = from Slurm
+    # GPU type -> "partition" or {partition, gres | nodes}: a partition of mixed GPU nodes
+    # (gputypes.py); with [partitions], the types the daemon schedules (none: from Slurm)
+    gpu_types: Mapping[str, Any] = field(default_factory=dict)
     prices: Mapping[str, float] = field(default_factory=dict)    # GPU type -> $ per GPU-hour
     solver_budget_seconds: float = 60.0
     solver_wait_seconds: float = 5.0     # a round waits this long (at most half a round) for a fresh solve
@@ -118,6 +121,8 @@ class Config:
         for p, wt in self.partitions.items():
             if not isinstance(wt, str) or not wt:
                 bad(f"partitions.{p}", "must name a GPU type")
+        from .gputypes import from_config
+        from_config(self.partitions, self.gpu_types, where)     # a bad [gpu_types] entry: InputError
         for wt, price in self.prices.items():
             if not (isinstance(price, (int, float)) and price >= 0):
                 bad(f"prices.{wt}", f"must be a number >= 0, got {price!r}")
@@ -149,6 +154,11 @@ class Config:
         if self.throughputs is not None and not Path(self.throughputs).is_file():
             bad("throughputs", f"no such file: {self.throughputs}")
         return self
+
+    def type_map(self):
+        """The configured GPU types (gputypes.TypeMap), None: discover them from Slurm."""
+        from .gputypes import from_config
+        return from_config(self.partitions, self.gpu_types, self.source or "config")
 
 
 def entity_problems(entities: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -66,7 +66,8 @@ EXIT_IN_USE = 3
 EXIT_STORAGE = 75
 # Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
-                "syslog_facility", "syslog_address")
+                "syslog_facility", "syslog_address",
+                "partitions", "gpu_types")         # the backend's GPU types (gputypes.TypeMap)
 
 
 class TickingClock(WallClock):
@@ -76,11 +77,13 @@ class TickingClock(WallClock):
         super().__init__()
         self.tick, self.every = tick, every
         self.stopping = threading.Event()
+        self.cut = False              # end this sleep (the round) at the next tick
 
     def sleep_until(self, t: float) -> None:
         while not self.stopping.is_set():
             now = self.now()
-            if now >= t:
+            if now >= t or self.cut:
+                self.cut = False
                 return
             super().sleep_until(min(t, now + self.every))
             if not self.stopping.is_set():
@@ -114,7 +117,7 @@ class Daemon:
             self.lock.release()
             raise
         self.clock = TickingClock(self._tick, config.tick_seconds)
-        self.backend = SlurmBackend(self.cli, self.clock, config.partitions or None,
+        self.backend = SlurmBackend(self.cli, self.clock, config.type_map(),
                                     signal=config.preemption_signal,
                                     signal_all_steps=config.signal_all_steps,
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
@@ -278,6 +281,12 @@ class Daemon:
             else:
                 self.engine.settle()
             self.backend.backoff.succeeded()
+            if self.backend.replan:
+                # a start was taken back (its GPUs went to a non-gavel job): plan now, not
+                # at the end of the round
+                self.backend.replan = False
+                log.info("planning again now: a start was taken back")
+                self.clock.cut = True
             if self.engine.last_plan is not None:     # gqueue follows what Slurm does between rounds
                 self.store.status(self.engine.last_plan.round, now, self._publish())
             self._storage_worked()
@@ -376,7 +385,8 @@ class Daemon:
                     self.clock.sleep_until(self.clock.now() + delay)
                     continue
                 self.backend.backoff.succeeded()
-                self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.partitions,
+                self.backend.replan = False     # this round saw whatever asked for a new plan
+                self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.types.pairs,
                                    time.perf_counter() - started, active=self.engine.active_ids)
                 self._explain_round(plan, previous)
                 try:
@@ -430,7 +440,7 @@ class Daemon:
         except (sqlite3.Error, GavelError):     # the reasons lose "exploring", nothing else
             phase = {}
         shadow = " [dry run: planned, not done]" if self.dry_run else ""
-        for d in decide(plan, previous, self.backend.partitions, priority, share, phase):
+        for d in decide(plan, previous, self.backend.types.pairs, priority, share, phase):
             log.info("%s%s", d.line(plan.round), shadow)
             self._event(d.kind, d.job, d.detail + shadow)
 
@@ -439,7 +449,8 @@ class Daemon:
         (The backend's view of Slurm's nodes and jobs, as its last poll saw them.)"""
         rows = self._status()
         b = self.backend
-        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions), rows)
+        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions, b.types),
+                             rows)
         self.metrics.up.set(1)
         return rows
 

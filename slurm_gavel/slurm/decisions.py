@@ -47,7 +47,9 @@ def decide(plan, previous: Sequence, partitions: Mapping[str, str],
     assignments (where preempted jobs ran, the type a started job last had); `partitions`
     partition -> GPU type; `priority` job -> its best priority; `share` job -> {type: its
     share in the allocation in force}; `phase` job -> its estimate phase ("explore")."""
-    partition_of = {wt: p for p, wt in reversed(list(partitions.items()))}
+    # partition -> type, or (partition, type) pairs (gputypes.TypeMap.pairs: mixed partitions)
+    pairs = partitions.items() if isinstance(partitions, Mapping) else partitions
+    partition_of = {wt: p for p, wt in reversed(list(pairs))}
     phase = phase or {}
     before = {job: a for a in previous for job in a.jobs}
     out = []

@@ -13,7 +13,8 @@
 
 Each GPU type gets a partition named after it with nodes TYPE-0, TYPE-1, ...
 ("GRES-typed partitions": jobs ask for `--gres=gpu:N`, the partition picks the
-type).  Every node is a slurmd on localhost with its own port.  `down()` stops
+type); or, with `mixed="gpu"`, one partition of that name holds every node
+(mixed GPU nodes, typed GRES: the node list picks the type, slurm/gputypes.py).  Every node is a slurmd on localhost with its own port.  `down()` stops
 exactly the processes `up()` started, by pid, and the slurmstepd processes of
 their jobs; never anything found by name.  Client commands need `env`
 (SLURM_CONF=<directory>/slurm.conf), or use `run()`.
@@ -77,9 +78,11 @@ def node_list(types: Mapping[str, tuple[int, int]]) -> list[tuple[str, str, int]
 
 def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port: int,
                       slurmd_port: int, job_submit: bool = False,
-                      requeue_exit_hold: int = 85, dbd_port: int | None = None) -> str:
+                      requeue_exit_hold: int = 85, dbd_port: int | None = None,
+                      mixed: str | None = None) -> str:
     """slurm.conf of a cluster in `directory` (an absolute path); no I/O.  With `dbd_port`,
-    accounting through the slurmdbd listening there (see `render_slurmdbd_conf`)."""
+    accounting through the slurmdbd listening there (see `render_slurmdbd_conf`); with
+    `mixed`, one partition of that name with every node instead of one per GPU type."""
     d = str(directory)
     nodes = node_list(types)
     lines = [
@@ -142,11 +145,16 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
     ]
     if job_submit:
         lines.append("JobSubmitPlugins=lua")
-    lines.append("# One node per slurmd, each on its own port; one partition per GPU type.")
+    lines.append("# One node per slurmd, each on its own port; " + (
+        "one partition of mixed GPU nodes." if mixed else "one partition per GPU type."))
     for k, (name, gpu_type, gpus) in enumerate(nodes):
         lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
                      f"Port={slurmd_port + k} CPUs={2 * gpus} RealMemory={4096 * gpus} "
                      f"Gres=gpu:{gpu_type}:{gpus} State=UNKNOWN")
+    if mixed:
+        lines.append(f"PartitionName={mixed} Nodes={','.join(name for name, _, _ in nodes)} "
+                     "Default=YES MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
     for j, gpu_type in enumerate(types):
         members = ",".join(name for name, t, _ in nodes if t == gpu_type)
         default = "YES" if j == 0 else "NO"     # plain `sbatch` lands in the first type
@@ -435,7 +443,11 @@ class DevCluster:
 
     def __init__(self, directory, types: Mapping[str, tuple[int, int]] | None = None,
                  ctld_port: int = DEFAULT_CTLD_PORT, slurmd_port: int = DEFAULT_SLURMD_PORT,
-                 job_submit_lua=None, requeue_exit_hold: int = 85, accounting: bool = False):
+                 job_submit_lua=None, requeue_exit_hold: int = 85, accounting: bool = False,
+                 mixed: str | None = None):
+        if mixed is not None and not _TYPE_NAME.match(str(mixed)):
+            raise InputError("mixed", f"partition name {mixed!r}: use lowercase letters, digits and _")
+        self.mixed = mixed
         self.directory = Path(directory).expanduser().absolute()
         self.accounting = bool(accounting)
         # slurmdbd's and MariaDB's ports: chosen free at random by `up()` (or kept from the
@@ -568,7 +580,7 @@ class DevCluster:
     def _render_slurm_conf(self) -> str:
         return render_slurm_conf(self.directory, self.types, self.ctld_port, self.slurmd_port,
                                  bool(self.job_submit_lua), self.requeue_exit_hold,
-                                 self.dbd_port if self.accounting else None)
+                                 self.dbd_port if self.accounting else None, mixed=self.mixed)
 
     def _record(self, name: str, pid: int):
         state = self._load_state()
@@ -977,6 +989,9 @@ def register(commands) -> argparse.ArgumentParser:
     p.add_argument("--accounting", action="store_true",
                    help="up: with accounting (sacct, sacctmgr, fair share): a private MariaDB "
                         "server and slurmdbd on random free ports (needs mariadb-server, slurmdbd)")
+    p.add_argument("--mixed", metavar="PARTITION",
+                   help="up: one partition of this name holding every node (mixed GPU nodes, typed "
+                        "GRES) instead of one partition per GPU type")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(handler=cmd_cluster)
     return p
@@ -992,7 +1007,8 @@ def cmd_cluster(args) -> int:
             cluster = DevCluster(directory, parse_types(args.types), ctld_port=args.port,
                                  slurmd_port=args.port + DEFAULT_SLURMD_PORT - DEFAULT_CTLD_PORT,
                                  job_submit_lua=default_job_submit_lua(),
-                                 accounting=getattr(args, "accounting", False))
+                                 accounting=getattr(args, "accounting", False),
+                                 mixed=getattr(args, "mixed", None))
             cluster.up()
             status = cluster.status()
             if args.json:

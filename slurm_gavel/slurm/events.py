@@ -42,6 +42,8 @@ def words(kind: str, detail: str | None) -> str:
         return (f"failed to {what}: {why}" if why else f"an action failed: {d}")
     if kind == "stuck":
         return f"released but Slurm did not start it ({d})"
+    if kind == "start_taken":
+        return f"start taken back: {d}; planned again at once"
     if kind == "lost_with_node":
         return f"lost with node {d}: waits until the node is back"
     if kind == "action":

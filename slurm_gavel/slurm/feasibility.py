@@ -35,6 +35,9 @@ def node_refuses(job: SlurmJob, node: SlurmNode, gpus: bool = True) -> str:
     without `gpus`, everything but the GPU count (a reshapeable job chooses it)."""
     if gpus and job.gpus > node.gpus:
         return f"needs {job.gpus} GPUs per node, {node.name} has {node.gpus}"
+    if job.gpu_type and node.gpu_type and job.gpu_type != node.gpu_type:
+        # a typed request (--gres=gpu:v100:2) in a partition of mixed GPU nodes
+        return f"asks for {job.gpu_type} GPUs, {node.name} has {node.gpu_type}"
     need = job.memory_needed
     if need and node.memory and need > node.memory:
         return f"needs {need:.0f} MB memory per node, {node.name} has {node.memory:.0f}"
@@ -71,15 +74,27 @@ def equal_split(total: int, sizes: Sequence[int]) -> tuple[int, int] | None:
     return None
 
 
-def judge(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, str]) -> Verdict:
-    """The job's request against every node of the GPU `partitions` ({partition: worker type})."""
+def _typer(partitions: Mapping[str, str], node_types: Mapping[str, str] | None):
+    """node -> its worker types: from `node_types` (node name -> type, gputypes.TypeMap:
+    mixed partitions) when given, else from its partitions."""
+    if node_types is not None:
+        return lambda n: {node_types[n.name]} if n.name in node_types else set()
+    return lambda n: {partitions[p] for p in n.partitions if p in partitions}
+
+
+def judge(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, str],
+          node_types: Mapping[str, str] | None = None) -> Verdict:
+    """The job's request against every node of the GPU `partitions` ({partition: worker type}),
+    or of the typed nodes `node_types` ({node: worker type}) when given."""
+    types_of = _typer(partitions, node_types)
+    all_types = set(node_types.values()) if node_types is not None else set(partitions.values())
     if job.reshapeable:
-        return _judge_reshapeable(job, nodes, partitions)
+        return _judge_reshapeable(job, nodes, types_of, all_types)
     if job.node_count > 1:
         return Verdict(hold=f"asks {job.gpus} GPUs per node on {job.node_count} nodes without a "
                             f"total, so its shape cannot be chosen: submit it with --gpus="
                             f"{job.total_gpus} (the job_submit plugin adds it to -N k --gres=gpu:m)")
-    ours = [n for n in nodes if any(p in partitions for p in n.partitions)]
+    ours = [n for n in nodes if types_of(n)]
     largest = max((n.gpus for n in ours), default=0)
     if job.gpus > largest:
         return Verdict(hold=f"needs {job.gpus} GPUs, the largest node has {largest}: "
@@ -95,24 +110,23 @@ def judge(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, st
             why = why or refused
             continue
         fitting.add(n.name)
-        types.update(partitions[p] for p in n.partitions if p in partitions)
+        types.update(types_of(n))
     if not fitting:
         return Verdict(hold=f"fits no node: {why}")
     if len(fitting) == len(ours):
         return Verdict()
-    all_types = set(partitions.values())
     return Verdict(Placement(worker_types=frozenset(types) if types != all_types else None,
                              servers=frozenset(fitting)))
 
 
-def _judge_reshapeable(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, str]) -> Verdict:
+def _judge_reshapeable(job: SlurmJob, nodes: Sequence[SlurmNode], types_of, all_types) -> Verdict:
     if job.waiting_for_dependency:
         return Verdict(hold=f"waiting for its dependency ({job.dependency or job.reason})")
     total = max(1, job.total_gpus)
     by_type: dict[str, list[SlurmNode]] = {}
     why = ""
     for n in nodes:
-        types = {partitions[p] for p in n.partitions if p in partitions}
+        types = types_of(n)
         if not types:
             continue
         refused = node_refuses(job, n, gpus=False)
@@ -131,7 +145,6 @@ def _judge_reshapeable(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Ma
         shown = "; ".join(f"{wt}: {'+'.join(map(str, g))}" for wt, g in sizes.items())
         return Verdict(hold=f"needs {total} GPUs in equal parts on nodes of one type, and no type "
                             f"has them ({shown or why or 'no GPU node'})")
-    all_types = set(partitions.values())
     return Verdict(Placement(worker_types=frozenset(types) if types != all_types else None,
                              servers=frozenset(fitting), same_gpus_per_server=True))
 

@@ -87,7 +87,7 @@ class TimedPolicy:
 
 
 def gpu_states(nodes, gavel_jobs: Iterable, others: Mapping[str, int],
-               partitions: Mapping[str, str]) -> dict[tuple[str, str, str], int]:
+               partitions: Mapping[str, str], types=None) -> dict[tuple[str, str, str], int]:
     """GPUs per (partition, gpu_type, state) of the scheduler's partitions.
 
     `nodes`: Slurm's nodes (records.SlurmNode); `gavel_jobs`: gavel's jobs as Slurm lists
@@ -95,18 +95,26 @@ def gpu_states(nodes, gavel_jobs: Iterable, others: Mapping[str, int],
     jobs that are not gavel's; `partitions`: partition -> GPU type.  A node counts once,
     in the first of its partitions the scheduler uses (as the backend types it).  A down or
     drained node's GPUs are all "down"; on the others each GPU is gavel's, another job's,
-    or idle."""
+    or idle.  With `types` (gputypes.TypeMap) a node counts under its type's partition and
+    its own type: a partition of mixed GPU nodes has a series per type."""
     on_node: dict[str, int] = {}
     for j in gavel_jobs:
         if j.running:
             for n in j.nodes:
                 on_node[n] = on_node.get(n, 0) + j.gpus
-    out = {(p, wt, s): 0 for p, wt in partitions.items() for s in GPU_STATES}
+    pairs = types.pairs if types is not None else tuple(partitions.items())
+    out = {(p, wt, s): 0 for p, wt in pairs for s in GPU_STATES}
     for n in nodes:
-        p = next((p for p in n.partitions if p in partitions), None)
-        if p is None:
-            continue
-        key = (p, partitions[p])
+        if types is not None:
+            wt = types.node_type(n)
+            if wt is None:
+                continue
+            key = (types.partition_of(wt), wt)
+        else:
+            p = next((p for p in n.partitions if p in partitions), None)
+            if p is None:
+                continue
+            key = (p, partitions[p])
         if not n.usable:
             out[(*key, "down")] += n.gpus
             continue
@@ -199,7 +207,9 @@ class Metrics:
     def round(self, plan, allocation, policy_input, partitions: Mapping[str, str],
               seconds: float, active: Iterable[str] = ()) -> None:
         """After a round: its duration, what it preempted and moved, the allocation in force."""
-        partition_of = {wt: p for p, wt in reversed(list(partitions.items()))}
+        # partition -> type, or (partition, type) pairs (gputypes.TypeMap.pairs: mixed partitions)
+        pairs = partitions.items() if isinstance(partitions, Mapping) else partitions
+        partition_of = {wt: p for p, wt in reversed(list(pairs))}
         self.rounds.inc()
         self.round_duration.observe(seconds)
         for job in plan.preempt:
