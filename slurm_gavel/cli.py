@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_events(commands)
     from .slurm.explain import register as register_explain
     register_explain(commands)
+    from .slurm.doctor import register as register_doctor
+    register_doctor(commands)
     return parser
 
 
