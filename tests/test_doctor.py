@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,8 +19,9 @@ import pytest
 from slurm_gavel import __version__
 from slurm_gavel.slurm.devcluster import DevCluster, node_list, pick_ports
 from slurm_gavel.slurm.store import SqliteStore
-from slurm_gavel.slurm.doctor import (check_nodes, check_user, exit_codes, lua_version,
-                                      shipped_file)
+from slurm_gavel.slurm.doctor import (check_nodes, check_schema, check_user, exit_codes,
+                                      lua_version, shipped_file)
+from slurm_gavel.slurm.store import MIGRATIONS
 
 from conftest import require_slurm
 from test_daemon import write_config
@@ -69,6 +71,26 @@ def test_untyped_and_mixed_gres():
     nodes[0]["partitions"] = list(nodes[1]["partitions"])
     found = check_nodes(data, {})
     assert any(f["check"] == "partitions" and "mixes" in f["finding"] for f in found)
+
+
+def test_database_schema(tmp_path):
+    """The daemon's own database: no line; an older one is migrated (back up first); a newer
+    one or another file is an error."""
+    db = tmp_path / "state.db"
+    SqliteStore(db).close()
+    assert check_schema(db) == []
+    conn = sqlite3.connect(db)
+    conn.execute("update meta set value = '1' where key = 'schema_version'")
+    conn.commit()
+    [old] = check_schema(db)
+    assert old["level"] == "info" and "migrated" in old["finding"] and "back it up" in old["fix"]
+    conn.execute("update meta set value = ? where key = 'schema_version'", (str(len(MIGRATIONS) + 1),))
+    conn.commit()
+    conn.close()
+    [new] = check_schema(db)
+    assert new["level"] == "error" and "newer" in new["finding"]
+    db.write_bytes(b"not a database" * 100)
+    assert check_schema(db)[0]["level"] == "error"
 
 
 def test_daemon_user():

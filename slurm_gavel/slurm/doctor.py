@@ -238,6 +238,7 @@ def check_database(path: str) -> list[dict]:
     if not db.exists():
         out.append(finding("info", "database", f"{db} does not exist yet: the daemon makes it at start"))
         return out
+    out += check_schema(db)
     closed = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"))
               if p.exists() and not p.stat().st_mode & stat.S_IROTH]
     if closed:
@@ -245,6 +246,33 @@ def check_database(path: str) -> list[dict]:
         out.append(finding("warning", "database", f"{names} not readable by other users: gqueue "
                            "fails for them", f"chmod 644 {names}"))
     return out
+
+
+def check_schema(db: Path) -> list[dict]:
+    """The database's schema against this slurm-gavel's (the daemon migrates an older one
+    at start; a newer one, from a later slurm-gavel, it refuses)."""
+    import sqlite3
+    from .store import MIGRATIONS
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+            row = (conn.execute("select value from meta where key = 'schema_version'").fetchone()
+                   if "meta" in tables else None)
+        finally:
+            conn.close()
+        have = int(row[0]) if row else 0
+    except (sqlite3.Error, ValueError) as e:
+        return [finding("error", "database", f"{db}: cannot be read as the daemon's database ({e})",
+                        "restore it from a backup, or move it away (the daemon then starts a new ledger)")]
+    if have > len(MIGRATIONS):
+        return [finding("error", "database", f"{db}: schema version {have} is newer than this "
+                        f"slurm-gavel's ({len(MIGRATIONS)})", "install the slurm-gavel that wrote it")]
+    if have < len(MIGRATIONS):
+        return [finding("info", "database", f"{db}: schema version {have}, migrated to "
+                        f"{len(MIGRATIONS)} at the daemon's next start",
+                        "back it up first (docs/install.md, \"Upgrading\")")]
+    return []
 
 
 def _local_node(raw: dict) -> bool:
