@@ -350,8 +350,11 @@ class Daemon:
                                    time.perf_counter() - started, active=self.engine.active_ids)
                 self._explain_round(plan, previous)
                 try:
-                    self.store.status(plan.round, self.clock.now(), self._publish())
+                    rows = self._publish()
+                    self.store.status(plan.round, self.clock.now(), rows)
                     self._storage_worked()
+                    # held jobs say why in Slurm too (AdminComment), as gqueue does
+                    self.backend.show_holds({job: r.get("reason") or "" for job, r in rows.items()})
                 except StoreError as e:
                     self._storage_failed(e)
                 log.info("round %d: %d kept, %d started, %d preempted, %d waiting", plan.round,
