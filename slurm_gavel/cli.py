@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_explain(commands)
     from .slurm.doctor import register as register_doctor
     register_doctor(commands)
+    from .slurm.backup import register as register_backup
+    register_backup(commands)
     return parser
 
 

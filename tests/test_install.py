@@ -85,7 +85,7 @@ def test_daemon_host_venv(wheel, tmp_path):
     for script in ("slurm-gavel", "gqueue"):
         done = ok(run([prefix / "bin" / script, "--help"], cwd=tmp_path))
         assert "usage:" in done.stdout
-    for command in ("doctor", "daemon", "release-all", "events"):
+    for command in ("doctor", "daemon", "release-all", "events", "backup"):
         ok(run([prefix / "bin" / "slurm-gavel", command, "--help"], cwd=tmp_path))
     policies = json.loads(ok(run([prefix / "bin" / "slurm-gavel", "policies", "--json"], cwd=tmp_path)).stdout)
     assert any(p["name"] == "max_min_fairness" for p in policies)
