@@ -1,3 +1,4 @@
+-- slurm-gavel job_submit.lua version 0.1.0
 --[[
 job_submit.lua for slurm-gavel: checks gavel jobs at submission and keeps their
 placement in the scheduler's hands.

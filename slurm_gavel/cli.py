@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     _replay_parser(commands)
     from .slurm.billing import register as register_billing
     register_billing(commands)
+    from .slurm.doctor import register as register_doctor
+    register_doctor(commands)
+    from .slurm.backup import register as register_backup
+    register_backup(commands)
     return parser
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -37,6 +38,11 @@ def test_release_all_frees_held_gavel_jobs_and_their_pinned_nodes(slurm_cluster)
         move_job(cluster.run, pinned, "p100")
         cluster.run(["scontrol", "update", f"jobid={pinned}", "NodeList=p100-1"])
         assert _show(cluster, pinned)["ReqNodeList"] == "p100-1"
+        # and the daemon's word on why it holds the job (its AdminComment after the flags)
+        flags = re.search(r"AdminComment=(.*?) *$", cluster.run(["scontrol", "show", "job", pinned]).stdout,
+                          re.MULTILINE).group(1)
+        cluster.run(["scontrol", "update", f"jobid={pinned}",
+                     f"AdminComment={flags} | held by slurm-gavel: waiting for its round"])
 
         dry = _release_all(cluster, "--dry-run", "--json")
         assert dry.returncode == 0, dry.stderr
@@ -49,6 +55,8 @@ def test_release_all_frees_held_gavel_jobs_and_their_pinned_nodes(slurm_cluster)
         assert f"{pinned} " in done.stdout and "1 held gavel job(s)" in done.stdout
         job = _show(cluster, pinned)
         assert job["ReqNodeList"] == "(null)" and job["Partition"] in ("v100,p100,k80", "v100", "p100", "k80")
+        assert re.search(r"AdminComment=(.*?) *$", cluster.run(["scontrol", "show", "job", pinned]).stdout,
+                         re.MULTILINE).group(1) == flags            # no longer held by slurm-gavel
         deadline = time.time() + 60
         while _show(cluster, pinned)["JobState"] not in ("RUNNING", "COMPLETED"):
             assert time.time() < deadline, _show(cluster, pinned)

@@ -48,6 +48,11 @@ job slurmctld still lists (MinJobAge); a job Slurm knows no more is "lost", neve
 (`active_jobs`): those Slurm no longer runs depart on the first poll, with their
 real end, and what they ran since the last run stopped crediting is credited.
 
+Each action's log line names every job with its partition, nodes and the reason.  A
+held job says why in Slurm too (`show_holds`, once a round): the daemon's reason after
+its flags in the AdminComment (flags.with_status), which its owner reads in `scontrol
+show job`; the start that releases it drops the text in the same `scontrol update`.
+
 With `dry_run` nothing is changed in Slurm: every action is only logged.
 """
 from __future__ import annotations
@@ -60,7 +65,7 @@ from typing import Callable, Mapping
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.errors import GavelError, InputError
-from .flags import from_admin_comment
+from .flags import admin_flags, admin_status, from_admin_comment, with_status
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, parse_records, summary
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
@@ -80,6 +85,8 @@ RESTART_GUARD_SECONDS = 2.0
 # A released job Slurm has not started after this long is taken back (held).
 START_TIMEOUT_SECONDS = 30.0
 MAX_BACKOFF_ROUNDS = 16
+# `scontrol update` calls a round that mark held jobs with why they wait (show_holds)
+STATUS_PER_ROUND = 20
 ONE_NODE = Placement(one_server=True)     # a job asking GPUs per node keeps its one node
 SPREAD = Placement(same_gpus_per_server=True)   # a distributed job: equal GPUs on each node
 # A job gone from the queue whose final state cannot be read (slurmdbd not answering) is
@@ -152,6 +159,8 @@ class SlurmBackend:
         self.start_timeout = float(start_timeout)
         self.round_seconds: float | None = None        # learned from execute()
         self._executed_round: int | None = None
+        self._round: int | None = None                 # the last plan's round (for the log)
+        self._shown: dict[str, str] = {}               # job -> the hold status last written
         self._stuck: dict[str, _Stuck] = {}
         self._holds: dict[str, str] = {}               # job -> why it is not planned now
         self.lost_settle_seconds = lost_settle_seconds
@@ -553,7 +562,9 @@ class SlurmBackend:
         if not late:
             return
         ids = [job_id for job_id, _, _ in late]
-        self._act("hold (did not start)", ids, lambda: self.cli.hold(ids))
+        self._act("hold (did not start)", ids, lambda: self.cli.hold(ids),
+                  why={job_id: f"Slurm did not start it {now - at:.0f} s after its release: "
+                               f"{j.reason or 'no reason'}" for job_id, j, at in late})
         step = self.round_seconds or self.start_timeout
         for job_id, j, at in late:
             del self._starting[job_id]
@@ -676,18 +687,21 @@ class SlurmBackend:
 
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
+        self._round = plan.round
         if round_end > now and plan.round != self._executed_round:   # not a start within the round
             self.round_seconds = round_end - now
         self._executed_round = plan.round
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
         unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
         if unstart:
-            self._act("hold", unstart, lambda: self.cli.hold(unstart))
+            self._act("hold", unstart, lambda: self.cli.hold(unstart),
+                      why=f"round {plan.round} gives its GPUs to another job before it started")
             for job in unstart:
                 del self._starting[job]
         if stop:
             self._act(f"signal {self.signal}", stop,
-                      lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps))
+                      lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps),
+                      why=f"preempted: round {plan.round} gives its GPUs to another job")
             for job in stop:
                 self._preempted[job] = _Preempted(now)
         for a in plan.start:
@@ -745,13 +759,13 @@ class SlurmBackend:
                     # as their whole GPUs (_held_gpus), but Slurm checks the total
                     per = max(1, j.total_gpus // len(a.servers))
                     what = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
-                    action = (lambda job=job, p=partition, n=a.nodes, per=per:
-                              self.cli.reshape(job, p, n, per))
+                    action = (lambda job=job, p=partition, n=a.nodes, per=per, x=self._unheld(j):
+                              self.cli.reshape(job, p, n, per, **x))
                 else:
                     what = f"start on {partition} {nodes}"
-                    action = (lambda job=job, p=partition, n=nodes:
-                              self.cli.update([job], Partition=p, NodeList=n, StartTime="now"))
-                if self._act(what, [job], action):
+                    action = (lambda job=job, p=partition, n=nodes, x=self._unheld(j):
+                              self.cli.update([job], Partition=p, NodeList=n, StartTime="now", **x))
+                if self._act(what, [job], action, why=self._why_start()):
                     ready.append(job)
                 elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
                     # every type of that partition (a mixed one holds several)
@@ -761,8 +775,10 @@ class SlurmBackend:
                         self._refused.setdefault(job, {})[wt] = why
                     log.warning("job %s may not use partition %s (%s): %s left out of its row",
                                 job, partition, why, ", ".join(left))
-        if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
-            ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
+        why = {job: self._why_start() for job in ready}
+        if ready and not self._act("release", ready, lambda: self.cli.release(ready), why=why) and len(ready) > 1:
+            ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]),
+                                                       why=why)]
         now = self.clock.now()
         for job in ready:
             self._starting[job] = (self._planned[job], now)
@@ -770,6 +786,40 @@ class SlurmBackend:
             j = self._jobs.get(job)
             self._release_restarts[job] = j.restarts if j is not None else 0
         self._planned.clear()
+
+    @staticmethod
+    def _unheld(j: SlurmJob | None) -> dict[str, str]:
+        """The start's extra field that drops the hold status from the job's AdminComment
+        (in the same `scontrol update`: no call of its own); {} when it shows none."""
+        if j is None or not admin_status(j.admin_comment):
+            return {}
+        return {"AdminComment": admin_flags(j.admin_comment)}
+
+    def show_holds(self, reasons: Mapping[str, str], limit: int = STATUS_PER_ROUND) -> None:
+        """Say in Slurm why each held gavel job waits: its AdminComment, which every user
+        reads in `scontrol show job` (and `squeue --json`), gets the daemon's reason after
+        the flags ("... | held by slurm-gavel: waiting for its round (...)").  Written only
+        when it changed; jobs given the same text share one `scontrol update` (Slurm takes
+        a list of ids for one value, and each job's flags are its own, so a text is shared
+        only by jobs with the same flags), at most `limit` calls a round (a long queue is
+        marked over a few rounds)."""
+        ours = self._starting.keys() | self._deferred.keys() | self._planned.keys()
+        groups: dict[str, list[str]] = {}
+        for job, j in sorted(self._jobs.items(), key=lambda kv: _id_order(kv[0])):
+            if j.primary_state != "PENDING" or "JobHeld" not in j.reason or job in ours:
+                continue
+            why = reasons.get(job) or "waiting for the next round"
+            text = with_status(j.admin_comment, f"held by slurm-gavel: {why}")
+            if text != j.admin_comment and not (self.dry_run and self._shown.get(job) == text):
+                groups.setdefault(text, []).append(job)
+        for text, jobs in list(groups.items())[:limit]:
+            if self._act(f"show why held ({admin_status(text)})", jobs,
+                         lambda jobs=jobs, text=text: self.cli.update(jobs, AdminComment=text),
+                         why="it waits in slurm-gavel's queue"):
+                for job in jobs:                # as Slurm has it now (until the next poll)
+                    self._jobs[job] = replace(self._jobs[job], admin_comment=text)
+                    self._shown[job] = text     # a dry run says it once, not every round
+        self._shown = {job: t for job, t in self._shown.items() if job in self._jobs}
 
     def _ran_since_release(self, j: SlurmJob) -> bool:
         """It started after this daemon released it (and was requeued since): its restart
@@ -796,7 +846,8 @@ class SlurmBackend:
         if loose:
             log.warning("jobs %s are pending but not held (requeued by their owner?): holding "
                         "them again", ",".join(loose))
-            self._act("hold (requeued outside the daemon)", loose, lambda: self.cli.hold(loose))
+            self._act("hold (requeued outside the daemon)", loose, lambda: self.cli.hold(loose),
+                      why="pending but not held: requeued by its owner, only the daemon releases it")
 
     def _escalate(self, now: float) -> None:
         late = [job for job, p in self._preempted.items()
@@ -805,18 +856,43 @@ class SlurmBackend:
         if late:
             log.warning("jobs %s did not stop %.0f s after the signal: requeueing them held",
                         ",".join(late), self.grace_seconds)
-            self._act("requeuehold", late, lambda: self.cli.requeue_hold(late))
+            self._act("requeuehold", late, lambda: self.cli.requeue_hold(late),
+                      why=f"still running {self.grace_seconds:.0f} s after the preemption signal")
             for job in late:
                 self._preempted[job].escalated = True
 
-    def _act(self, what: str, jobs: list[str], action: Callable[[], None]) -> bool:
-        """Carry out (or, dry run, only log) an action; False if Slurm refused it."""
+    def _placed(self, job: str) -> tuple[str, tuple[str, ...]]:
+        """(partition, nodes) an action concerns: where the job is being started, else
+        where it runs, else its partition and no node yet."""
+        j = self._jobs.get(job)
+        a = self._planned.get(job) or (self._starting[job][0] if job in self._starting else None) \
+            or self._deferred.get(job)
+        if a is not None:
+            return self._partition_of.get(a.worker_type, "?"), tuple(a.nodes)
+        r = self._running.get(job)
+        return (j.partition if j is not None else "?"), (r.nodes if r else (j.nodes if j else ()))
+
+    def _why_start(self) -> str:
+        return f"started by round {self._round}'s plan" if self._round is not None else "started by the plan"
+
+    def _act(self, what: str, jobs: list[str], action: Callable[[], None],
+             why: str | Mapping[str, str] = "") -> bool:
+        """Carry out (or, dry run, only log) an action; False if Slurm refused it.  Its log
+        line names each job with its partition, nodes and the reason (`why`: one for all
+        or one per job); the recorded events keep `what`."""
         for job in jobs:
             self.on_event("dry_run" if self.dry_run else "action", job, what)
+        details = []
+        for job in jobs:
+            partition, nodes = self._placed(job)
+            reason = why.get(job, "") if isinstance(why, Mapping) else why
+            details.append(f"job {job} on partition {partition}, nodes {','.join(nodes) or 'none yet'}"
+                           + (f": {reason}" if reason else ""))
+        said = f" -- {'; '.join(details)}"
         if self.dry_run:
-            log.info("dry run: would %s: %s", what, ",".join(jobs))
+            log.info("dry run: would %s: %s%s", what, ",".join(jobs), said)
             return True
-        log.info("%s: %s", what, ",".join(jobs))
+        log.info("%s: %s%s", what, ",".join(jobs), said)
         self.refusal = None
         try:
             action()

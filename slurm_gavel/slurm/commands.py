@@ -27,6 +27,7 @@ _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
 _GRES = re.compile(r"^gpu:[0-9]+$")                    # Gres=gpu:4: untyped, a count per node
 _TIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._+\-]*$")  # sacct's times: now-30days, 2026-12-01T08:00
+_ADMIN_COMMENT = re.compile(r"^gavel:[ -~]{0,1000}$")   # flags, then the daemon's status
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # Slurm 24.11 without accounting (AccountingStorageType=none: no associations) answers a
 # change of a pending job's partition with a stale errno about half of the time
@@ -207,6 +208,13 @@ class SlurmCLI:
         for key, value in fields.items():
             if not re.match(r"^[A-Za-z]+$", key):
                 raise InputError("scontrol update", f"bad field name {key!r}")
+            if key.lower() == "admincomment":
+                # the flags and the daemon's status (flags.with_status): printable ASCII only,
+                # one argument, so it can never become a second key=value
+                if not _ADMIN_COMMENT.match(str(value)):
+                    raise InputError("scontrol update", f"not a gavel AdminComment: {value!r}")
+                pairs.append(f"{key}={value}")
+                continue
             if key.lower() == "gres":
                 if not _GRES.match(str(value)):
                     raise InputError("scontrol update", f"Gres must be gpu:COUNT, not {value!r}")
@@ -225,17 +233,19 @@ class SlurmCLI:
                 log.debug("%s: %s; trying again (%d/%d)", " ".join(args), e.stderr, attempt, tries)
                 time.sleep(0.05 * attempt)
 
-    def reshape(self, job: str, partition: str, nodes: Sequence[str], gpus_per_node: int) -> None:
+    def reshape(self, job: str, partition: str, nodes: Sequence[str], gpus_per_node: int,
+                **extra: str) -> None:
         """Give a pending distributed job (GPU total per job) its shape for the next run, in
         one call: partition, exactly these nodes (NumNodes=k-k: ReqNodeList is a must-include
         set, and on 22.05 a bare NumNodes=k keeps the old maximum, which Slurm's GRES check
         refuses) and `gpus_per_node` on each (Gres=gpu:m; Slurm checks total % m == 0).
-        StartTime=now: a requeued job would otherwise wait ~121 s."""
+        StartTime=now: a requeued job would otherwise wait ~121 s.  `extra`: more fields for
+        the same call (AdminComment without the daemon's hold status)."""
         k, per = len(nodes), int(gpus_per_node)
         if k < 1 or per < 1:
             raise InputError("reshape", f"needs nodes and GPUs per node, not {k} x {per}")
         self.update([job], Partition=partition, NumNodes=f"{k}-{k}", NodeList=",".join(nodes),
-                    Gres=f"gpu:{per}", StartTime="now")
+                    Gres=f"gpu:{per}", StartTime="now", **extra)
 
     def clear_node_list(self, ids: Iterable[str]) -> None:
         """Drop the node list the daemon pinned on pending jobs (`NodeList=` empties it)."""

@@ -52,6 +52,7 @@ from ..core.recompute import Background
 from .backend import SlurmBackend
 from .decisions import decide
 from .fairshare import FairshareWeights
+from .doctor import exit_codes
 from .lock import DatabaseLock, LockError, LockUnavailable
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
@@ -168,21 +169,14 @@ class Daemon:
                  len(state.since_reset))
 
     def _check_slurm_config(self, config) -> None:
-        """Warn when slurm.conf would not requeue a checkpointed job held."""
+        """Warn when slurm.conf would not requeue a checkpointed job held (`slurm-gavel doctor`
+        checks the rest)."""
         try:
             hold = self.cli.config().get("RequeueExitHold", "")
         except GavelError as e:
             log.warning("cannot read Slurm's configuration: %s", e)
             return
-        codes = set()
-        for part in hold.replace("(null)", "").split(","):
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                if lo.strip().isdigit() and hi.strip().isdigit():
-                    codes.update(range(int(lo), int(hi) + 1))
-            elif part.strip().isdigit():
-                codes.add(int(part))
-        if config.requeue_exit_code not in codes:
+        if config.requeue_exit_code not in exit_codes(hold):
             log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
                         "will end instead of being requeued held. Add RequeueExitHold=%d.",
                         hold or "(unset)", config.requeue_exit_code, config.requeue_exit_code)
@@ -390,8 +384,11 @@ class Daemon:
                                    time.perf_counter() - started, active=self.engine.active_ids)
                 self._explain_round(plan, previous)
                 try:
-                    self.store.status(plan.round, self.clock.now(), self._publish())
+                    rows = self._publish()
+                    self.store.status(plan.round, self.clock.now(), rows)
                     self._storage_worked()
+                    # held jobs say why in Slurm too (AdminComment), as gqueue does
+                    self.backend.show_holds({job: r.get("reason") or "" for job, r in rows.items()})
                 except StoreError as e:
                     self._storage_failed(e)
                 log.info("round %d: %d kept, %d started, %d preempted, %d waiting", plan.round,

@@ -519,6 +519,32 @@ def is_admin_comment(text: Optional[str]) -> bool:
     return isinstance(text, str) and text.startswith(ADMIN_PREFIX)
 
 
+# What the daemon says about a held job, after the flags in its AdminComment (the one
+# field an admin can set and every user can read in `scontrol show job` and `squeue
+# --json`): "gavel:v1 model=x weight=1 | held by slurm-gavel: waiting for its round".
+# The flags never hold a "|" (their grammar allows no such character).
+STATUS_MARK = " | "
+STATUS_LIMIT = 200
+_NOT_STATUS = re.compile(r"[^ -{}~]")          # printable ASCII without "|"
+
+
+def admin_flags(text: str) -> str:
+    """An AdminComment without the daemon's status: the flags the plugin wrote."""
+    return text.split(STATUS_MARK, 1)[0].rstrip()
+
+
+def admin_status(text: str) -> str:
+    """The daemon's status in an AdminComment ('' when none)."""
+    return text.split(STATUS_MARK, 1)[1] if STATUS_MARK in text else ""
+
+
+def with_status(text: str, status: str) -> str:
+    """`text`'s flags followed by `status` (made printable ASCII, at most STATUS_LIMIT
+    characters: it may quote Slurm's or a user's words); no status: the flags alone."""
+    status = _NOT_STATUS.sub("?", " ".join((status or "").split()))[:STATUS_LIMIT]
+    return admin_flags(text) + (STATUS_MARK + status if status else "")
+
+
 def from_admin_comment(text: str) -> GavelFlags:
     """Parse the canonical form back; raises `InputError` (field ``admin_comment...``).
 
@@ -527,6 +553,7 @@ def from_admin_comment(text: str) -> GavelFlags:
     """
     if not is_admin_comment(text):
         raise InputError("admin_comment", "does not start with gavel:")
+    text = admin_flags(text)            # the daemon's status after " | " is no flag
     head, _, rest = text.partition(" ")
     if head != ADMIN_VERSION:
         raise InputError("admin_comment", f"unsupported version {head[len(ADMIN_PREFIX):]!r} "

@@ -20,6 +20,7 @@ from ..core.display import clean, printable
 from ..core.errors import GavelError
 from .backend import GAVEL_PREFIX
 from .commands import SlurmCLI, name
+from .flags import admin_flags, admin_status
 from .records import parse_jobs
 
 
@@ -42,6 +43,8 @@ def release_all(cli: SlurmCLI, partitions: str | None = None, dry_run: bool = Fa
         if not dry_run:
             try:
                 cli.clear_node_list([j.job_id])
+                if admin_status(j.admin_comment):      # no longer held by slurm-gavel
+                    cli.update([j.job_id], AdminComment=admin_flags(j.admin_comment))
                 if partitions:
                     cli.update([j.job_id], Partition=partitions)
                 cli.release([j.job_id])

@@ -1,0 +1,72 @@
+"""`slurm-gavel backup DEST`: a consistent copy of the daemon's database, while it runs.
+
+What an admin runs before an upgrade (docs/install.md, "Upgrading"): SQLite's online
+backup (`sqlite3.Connection.backup`, the same as the `sqlite3` shell's `.backup`) from a
+read-only connection, so the copy is one committed state even while the daemon writes,
+and the daemon is never blocked for long.  The copy is written beside DEST and moved in
+place when complete: an interrupted backup never leaves a half file at DEST.  An existing
+DEST is refused unless `--force`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+from pathlib import Path
+
+from ..core.errors import InputError
+
+
+def backup(database: str | Path, dest: str | Path, force: bool = False) -> Path:
+    """Copy `database` to `dest`; returns `dest`.  InputError names what is wrong."""
+    src, dest = Path(database), Path(dest)
+    if not src.is_file():
+        raise InputError("database", f"{src}: no such file (has the daemon run?)")
+    if dest.exists() and not force:
+        raise InputError("backup", f"{dest} exists (--force to replace it)")
+    if dest.resolve() == src.resolve():
+        raise InputError("backup", f"{dest} is the database itself")
+    tmp = dest.with_name(f".{dest.name}.partial")
+    try:
+        source = sqlite3.connect(f"file:{src}?mode=ro", uri=True, timeout=30)
+        try:
+            target = sqlite3.connect(tmp)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+        finally:
+            source.close()
+        os.replace(tmp, dest)
+    except sqlite3.Error as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError("backup", f"{src} -> {dest}: {e}") from None
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InputError("backup", f"{dest}: {e.strerror or e}") from None
+    return dest
+
+
+def register(commands) -> argparse.ArgumentParser:
+    p = commands.add_parser(
+        "backup", help="a consistent copy of the daemon's database (also while it runs)",
+        description="Copy the daemon's SQLite database to DEST with SQLite's online backup: "
+                    "one committed state, also while the daemon runs. Run it before an upgrade "
+                    "(schema migrations are automatic and one-way).")
+    p.add_argument("dest", metavar="DEST", help="the copy to write")
+    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
+    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    p.add_argument("--force", action="store_true", help="replace DEST if it exists")
+    p.set_defaults(handler=cmd_backup)
+    return p
+
+
+def cmd_backup(args) -> int:
+    from .queue import database_path
+    src = database_path(args)
+    dest = backup(src, args.dest, force=args.force)
+    print(f"{src} -> {dest}")
+    return 0
+
+
+__all__ = ["backup", "register"]
