@@ -171,6 +171,12 @@ class SlurmBackend:
         self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
         self._back: dict[str, float] = {}              # node -> when it was first seen usable again
         self._refused: dict[str, dict[str, str]] = {}   # job -> {worker type: Slurm's refusal}
+        # Space sharing (docs/space-sharing.md): job -> its partner, for pairs started
+        # together on one GPU (half its shards each), until one of them stops
+        self._pairs: dict[str, Assignment] = {}
+        self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
+        self._pair_warned: set[str] = set()            # one warning per reason, not per round
+        self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -200,7 +206,12 @@ class SlurmBackend:
                          for n in self._nodes}
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
+        self._gpu_users = {}
         for j in jobs:
+            if j.running:
+                for n, idx in zip(j.nodes, j.gpu_indices):
+                    for i in _indices(idx):
+                        self._gpu_users.setdefault((n, i), []).append(j.job_id)
             if j.admin_comment.startswith(GAVEL_PREFIX):
                 if not j.finished:
                     gavel[j.job_id] = j
@@ -278,6 +289,9 @@ class SlurmBackend:
         self._last_poll = now
         self._settle_lost(now, nodes)
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
+        self._pairs = {job: a for job, a in self._pairs.items()
+                       if all(m in self._running or m in self._starting for m in a.jobs)}
+        self._check_pairs()
 
     @staticmethod
     def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -383,7 +397,8 @@ class SlurmBackend:
 
     def _credit(self, job_id: str, r: _Running, until: float) -> None:
         if until > r.since:
-            key = (job_id, r.worker_type, r.nodes)
+            partner = self._partner(job_id)
+            key = (job_id, r.worker_type, r.nodes, partner if partner in self._running else None)
             self._usage[key] = self._usage.get(key, 0.0) + (until - r.since)
             r.since = until
 
@@ -436,6 +451,10 @@ class SlurmBackend:
             j = self._jobs.get(job_id)
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
+            if job_id in self._pairs:         # a pair row: both jobs on one GPU
+                if self._pairs[job_id] not in running:
+                    running.append(self._pairs[job_id])
+                continue
             # an --exclusive job holds its whole node, as it was planned (see _held_gpus)
             running.append(Assignment((job_id,), r.worker_type, tuple(
                 (n, sizes.get(job_id, j.gpus) if j.exclusive else j.gpus_on(n)) for n in r.nodes)))
@@ -443,14 +462,41 @@ class SlurmBackend:
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
         # (One that does not start in time was taken back above.)
         for job_id, (a, at) in sorted(self._starting.items()):
-            running.append(a)
-        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus_on(n) if job in self._jobs
-                                                          else 0) for n in nodes)), seconds)
-                      for (job, wt, nodes), seconds in sorted(self._usage.items()))
+            if a not in running:              # a pair is listed once
+                running.append(a)
+        usage = self._usage_rows()
         self._usage = {}
         departures, self._departures = tuple(self._departures), []
         return Observation(now, tuple(states), tuple(servers), steps_done, tuple(running), usage,
                            departures, measurements)
+
+    def _usage_rows(self) -> tuple[Usage, ...]:
+        """What ran since the last observation, per row: a job alone, or a pair for the time
+        both of its jobs ran together (what one of them ran beyond that: alone)."""
+        out = []
+        left = dict(self._usage)
+        for key in sorted(self._usage, key=lambda k: (k[0], k[1], k[2], k[3] or "")):
+            if key not in left:
+                continue
+            job, wt, nodes, partner = key
+            seconds = left.pop(key)
+            if partner is not None:
+                other = left.pop((partner, wt, nodes, job), 0.0)
+                pair = self._pairs.get(job) or Assignment(
+                    tuple(sorted((job, partner), key=_id_order)), wt, tuple((n, 1) for n in nodes))
+                together = min(seconds, other)
+                if together > 0:
+                    out.append(Usage(pair, together))
+                for j_id, alone in ((job, seconds - together), (partner, other - together)):
+                    if alone > 0:
+                        out.append(Usage(self._alone(j_id, wt, nodes), alone))
+                continue
+            out.append(Usage(self._alone(job, wt, nodes), seconds))
+        return tuple(out)
+
+    def _alone(self, job: str, wt: str, nodes: tuple[str, ...]) -> Assignment:
+        j = self._jobs.get(job)
+        return Assignment((job,), wt, tuple((n, j.gpus_on(n) if j is not None else 0) for n in nodes))
 
     def _where(self, j: SlurmJob, now: float) -> tuple[Placement, str]:
         """Where the job may run and, if it must not be planned now, why."""
@@ -600,7 +646,9 @@ class SlurmBackend:
                 wt = self.partitions.get(info.get("partition") or "")
                 if info.get("steps_per_second") and wt and j.running:
                     # Slurm's node list says whether the run was spread (unconsolidated)
+                    partner = self._partner(job_id)
                     seen.append(Measurement(job_id, wt, float(info["steps_per_second"]),
+                                            partner=partner if partner in self._running else None,
                                             spread=len(j.nodes) > 1))
                 break
         return done, tuple(seen)
@@ -614,6 +662,13 @@ class SlurmBackend:
         if round_end > now:
             self.round_seconds = round_end - now
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
+        # a pair stops together (its partner cannot go on alone on half a GPU's shards)
+        kept = {job for a in plan.keep for job in a.jobs}
+        for job in list(stop):
+            partner = self._partner(job)
+            if (partner in self._running and partner not in self._preempted
+                    and partner not in stop and partner not in kept):
+                stop.append(partner)
         unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
         if unstart:
             self._act("hold", unstart, lambda: self.cli.hold(unstart))
@@ -627,8 +682,12 @@ class SlurmBackend:
         for a in plan.start:
             job = a.jobs[0]
             if len(a.jobs) > 1:
-                log.warning("round %d: space sharing is not supported on Slurm yet; %s not started",
-                            plan.round, "+".join(a.jobs))
+                why = self._pair_problem(a)
+                if why:
+                    self._warn_pair(plan.round, a, why)
+                    continue
+                for member in a.jobs:
+                    self._deferred[member] = a
                 continue
             j = self._jobs.get(job)
             if len(a.servers) > 1 and (j is None or not j.reshapeable):
@@ -650,20 +709,28 @@ class SlurmBackend:
         (a distributed one gets its shape in it) and one `scontrol release` for all (Slurm
         takes id lists)."""
         groups: dict[tuple[str, str], list[str]] = {}
-        for job, a in list(self._deferred.items()):
-            j = self._jobs.get(job)
-            if j is None:
-                del self._deferred[job]
-                continue
+
+        def waits(job: str, a: Assignment) -> bool:
+            j = self._jobs[job]
             if j.running or "COMPLETING" in j.state:
-                continue                      # still stopping; next poll
+                return True                   # still stopping; next poll
             stopped = self._stopped.get(job)
-            if (stopped and set(stopped[1]) & set(a.nodes)
-                    and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS):
-                continue                      # same node, too soon: next poll
-            del self._deferred[job]
-            self._planned[job] = a
-            groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(job)
+            return bool(stopped and set(stopped[1]) & set(a.nodes)
+                        and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
+        for job, a in list(self._deferred.items()):
+            if job not in self._deferred:
+                continue                      # its pair's other job decided for both
+            if any(m not in self._jobs or self._deferred.get(m) != a for m in a.jobs):
+                for m in a.jobs:              # gone (or planned elsewhere): the pair cannot start
+                    if self._deferred.get(m) == a:
+                        del self._deferred[m]
+                continue
+            if any(waits(m, a) for m in a.jobs):
+                continue                      # a pair starts together: both ready
+            for m in a.jobs:
+                del self._deferred[m]
+                self._planned[m] = a
+                groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(m)
         if not groups:
             return
         # `scontrol update` takes a list of job ids for Partition or StartTime, but
@@ -683,8 +750,13 @@ class SlurmBackend:
                               self.cli.reshape(job, p, n, per))
                 else:
                     what = f"start on {partition} {nodes}"
-                    action = (lambda job=job, p=partition, n=nodes:
-                              self.cli.update([job], Partition=p, NodeList=n, StartTime="now"))
+                    extra = {}
+                    shards = self._shards_wanted(job, a)
+                    if shards and j is not None and j.shards != shards:
+                        extra["Gres"] = f"shard:{shards}"
+                        what += f" ({shards} shards of one GPU{', paired' if len(a.jobs) > 1 else ''})"
+                    action = (lambda job=job, p=partition, n=nodes, extra=extra:
+                              self.cli.update([job], Partition=p, NodeList=n, StartTime="now", **extra))
                 if self._act(what, [job], action):
                     ready.append(job)
                 elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
@@ -692,15 +764,113 @@ class SlurmBackend:
                     self._refused.setdefault(job, {})[wt] = self.refusal.strip().splitlines()[-1]
                     log.warning("job %s may not use partition %s (%s): %s is left out of its row",
                                 job, partition, self._refused[job][wt], wt)
+        for job in list(ready):               # a pair starts together or not at all
+            a = self._planned[job]
+            if len(a.jobs) > 1 and any(m not in ready for m in a.jobs):
+                ready.remove(job)
+                log.warning("job %s not released: its pair %s could not be prepared", job,
+                            "+".join(a.jobs))
         if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
             ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
         now = self.clock.now()
         for job in ready:
+            if len(self._planned[job].jobs) > 1:
+                self._pairs[job] = self._planned[job]
             self._starting[job] = (self._planned[job], now)
             self._released[job] = now
             j = self._jobs.get(job)
             self._release_restarts[job] = j.restarts if j is not None else 0
         self._planned.clear()
+
+    # -- space sharing (docs/space-sharing.md) -----------------------------------------
+    def shards_per_gpu(self, node: str) -> int:
+        """gres/shard per GPU of `node` (slurm.conf Gres=gpu:4,shard:16 -> 4); 0: none."""
+        n = next((x for x in self._nodes if x.name == node), None)
+        return n.shards // n.gpus if n is not None and n.gpus else 0
+
+    def _partner(self, job: str) -> str | None:
+        a = self._pairs.get(job)
+        return next((m for m in a.jobs if m != job), None) if a is not None else None
+
+    def _shards_wanted(self, job: str, a: Assignment) -> int:
+        """The shards a shard job asks for this start: its GPU's all (alone), or half of
+        them (in a pair; the first job of the row takes the odd one); 0: not a shard job."""
+        j = self._jobs.get(job)
+        if j is None or not j.shards or len(a.servers) != 1:
+            return 0
+        per = self.shards_per_gpu(a.servers[0][0])
+        if len(a.jobs) == 1:
+            return per
+        return per - per // 2 if a.jobs.index(job) == 0 else per // 2
+
+    def _pair_problem(self, a: Assignment) -> str:
+        """Why Slurm cannot run this pair row as planned, in words; '' if it can."""
+        if len(a.jobs) != 2 or len(a.servers) != 1 or a.gpus != 1:
+            return ("only pairs of one-GPU jobs on one node share a GPU here (Slurm puts a "
+                    "job's shards on one GPU)")
+        node = a.servers[0][0]
+        if self.shards_per_gpu(node) < 2:
+            return (f"node {node} has no gres/shard (slurm.conf Gres=gpu:N,shard:M and gres.conf "
+                    "Name=shard lines, docs/space-sharing.md)")
+        whole = [job for job in a.jobs if job not in self._jobs or not self._jobs[job].shards]
+        if whole:
+            return (f"job {','.join(whole)} asks a whole GPU, not shards (set GAVEL_SHARDS_PER_GPU "
+                    "in job_submit.lua; jobs submitted before keep their request)")
+        return ""
+
+    def _warn_pair(self, round_number: int, a: Assignment, why: str) -> None:
+        """A pair that cannot start is said once per reason (then at debug level)."""
+        if why in self._pair_warned:
+            log.debug("round %d: pair %s not started: %s", round_number, "+".join(a.jobs), why)
+            return
+        self._pair_warned.add(why)
+        log.warning("round %d: pair %s not started (space sharing): %s", round_number,
+                    "+".join(a.jobs), why)
+        for job in a.jobs:
+            self.on_event("pair_refused", job, why)
+
+    def _check_pairs(self) -> None:
+        """Every running gavel job's GPU (node, IDX from gres_detail) is held by its row only:
+        a pair's two jobs on the same GPU, and no third job there.  What Slurm did otherwise
+        (first-fit gave the second job another GPU; 22.05's bug gave a whole-GPU job a GPU
+        that shards use) is logged once, with both GPUs, and recorded as an event."""
+        for job, j in self._jobs.items():
+            if not j.running or not j.gpu_indices:
+                continue
+            row = set(self._pairs[job].jobs) if job in self._pairs else {job}
+            partner = self._partner(job)
+            if partner is not None and partner in self._jobs and self._jobs[partner].running:
+                p = self._jobs[partner]
+                mine = list(zip(j.nodes, j.gpu_indices))
+                theirs = list(zip(p.nodes, p.gpu_indices))
+                if mine != theirs and all(i for _, i in mine + theirs):
+                    self._alarm(("split", job, partner), f"pair {job}+{partner} does not share a "
+                                f"GPU: Slurm gave {job} {_gpus(mine)} and {partner} {_gpus(theirs)}")
+            for n, idx in zip(j.nodes, j.gpu_indices):
+                others = sorted({o for i in _indices(idx) for o in self._gpu_users.get((n, i), [])} - row)
+                if others:
+                    self._alarm(("shared", job, tuple(others)), f"job {job} shares GPU {n}:{idx} "
+                                f"with job {','.join(others)}, which the plan did not put there")
+
+    def _alarm(self, key: tuple, message: str) -> None:
+        if key in self._pair_alarms:
+            return
+        self._pair_alarms.add(key)
+        log.error("%s", message)
+        self.on_event("gpu_shared", key[1], message)
+
+    def space_sharing_problems(self, version: tuple[int, ...]) -> list[str]:
+        """What keeps pairs from running safely on this cluster (said once at daemon start)."""
+        problems = []
+        ours = [n for n in self._nodes if any(p in self.partitions for p in n.partitions)]
+        if not any(n.shards for n in ours):
+            problems.append("no GPU node has gres/shard: pairs are not started (slurm.conf "
+                            "Gres=gpu:N,shard:M, gres.conf Name=shard; docs/space-sharing.md)")
+        if tuple(version[:2]) < (23, 11):
+            problems.append(f"Slurm {'.'.join(map(str, version))} may give a whole-GPU job a GPU "
+                            "already used by shards (fixed in 23.11): the daemon checks every poll "
+                            "which jobs hold each GPU and logs any third job on a pair's GPU")
+        return problems
 
     def _ran_since_release(self, j: SlurmJob) -> bool:
         """It started after this daemon released it (and was requeued since): its restart
@@ -760,6 +930,22 @@ class SlurmBackend:
             for job in jobs:
                 self.on_event("action_failed", job, f"{what}: {e}")
             return False
+
+
+def _indices(idx: str) -> list[str]:
+    """'0-1,3' -> ['0', '1', '3'] (a gres_detail IDX list)."""
+    out = []
+    for part in idx.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and hi.isdigit():
+            out.extend(str(i) for i in range(int(lo), int(hi) + 1))
+        elif lo.isdigit():
+            out.append(lo)
+    return out
+
+
+def _gpus(where) -> str:
+    return ",".join(f"{n}:{i}" for n, i in where)
 
 
 def _signal_name(number: int) -> str:
