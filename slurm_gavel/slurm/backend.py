@@ -24,6 +24,12 @@ Acting (`execute`):
   one issued within the same second is refused ("Job credential revoked"),
   which fails the job.
 
+* a pair row (space sharing, docs/space-sharing.md): both one-GPU jobs ask
+  gres/shard (job_submit.lua); each gets half of one GPU's shards on the node
+  (`Gres=shard:S/2` in its update), both are released in one call, one pair per
+  node at a time; they are reported as the pair's row and usage, and stop
+  together.  Each poll checks which jobs Slurm gave each GPU (gres_detail IDX).
+
 A released job that Slurm has not started `start_timeout` seconds later
 (its pending reason says why: Resources, ReqNodeNotAvail, PartitionNodeLimit,
 ...) is held again and not planned for a backoff that doubles with each such
@@ -175,6 +181,7 @@ class SlurmBackend:
         # together on one GPU (half its shards each), until one of them stops
         self._pairs: dict[str, Assignment] = {}
         self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
+        self._partial: dict[str, list[str]] = {}      # node -> jobs on a partly used GPU's shards
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._last_poll: float | None = None
@@ -207,11 +214,13 @@ class SlurmBackend:
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         self._gpu_users = {}
+        shards_used: dict[tuple[str, str], int] = {}
         for j in jobs:
             if j.running:
                 for n, idx in zip(j.nodes, j.gpu_indices):
                     for i in _indices(idx):
                         self._gpu_users.setdefault((n, i), []).append(j.job_id)
+                        shards_used[(n, i)] = shards_used.get((n, i), 0) + j.shards
             if j.admin_comment.startswith(GAVEL_PREFIX):
                 if not j.finished:
                     gavel[j.job_id] = j
@@ -291,6 +300,14 @@ class SlurmBackend:
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
         self._pairs = {job: a for job, a in self._pairs.items()
                        if all(m in self._running or m in self._starting for m in a.jobs)}
+        # node -> jobs on a GPU whose shards are partly free (a pair's job whose partner
+        # left): a new pair's first half would go there (first fit), not where its other half goes
+        self._partial = {}
+        for (n, i), used in sorted(shards_used.items()):
+            per = self.shards_per_gpu(n)
+            if 0 < used and per - used >= per // 2 > 0:      # room for a pair's smaller half
+                self._partial.setdefault(n, []).extend(self._gpu_users[(n, i)])
+        self._adopt_pairs()
         self._check_pairs()
 
     @staticmethod
@@ -717,6 +734,7 @@ class SlurmBackend:
             stopped = self._stopped.get(job)
             return bool(stopped and set(stopped[1]) & set(a.nodes)
                         and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
+        pairing = {a.nodes[0] for a, _ in self._starting.values() if len(a.jobs) > 1}
         for job, a in list(self._deferred.items()):
             if job not in self._deferred:
                 continue                      # its pair's other job decided for both
@@ -727,6 +745,21 @@ class SlurmBackend:
                 continue
             if any(waits(m, a) for m in a.jobs):
                 continue                      # a pair starts together: both ready
+            if len(a.jobs) > 1:
+                # One pair per node at a time: Slurm gives each half the first GPU with half
+                # its shards free, so two pairs released together can cross (A and C on one
+                # GPU, B and D on another); the next pair goes once this one runs (a poll on).
+                if a.nodes[0] in pairing:
+                    continue
+                partial = self._partial.get(a.nodes[0])
+                if partial:
+                    for m in a.jobs:
+                        del self._deferred[m]
+                    self._warn_pair(None, a, f"a GPU of node {a.nodes[0]} has part of its shards "
+                                             f"in use (job {','.join(sorted(set(partial)))}): the "
+                                             "pair's halves would land on different GPUs")
+                    continue
+                pairing.add(a.nodes[0])
             for m in a.jobs:
                 del self._deferred[m]
                 self._planned[m] = a
@@ -818,16 +851,32 @@ class SlurmBackend:
                     "in job_submit.lua; jobs submitted before keep their request)")
         return ""
 
-    def _warn_pair(self, round_number: int, a: Assignment, why: str) -> None:
+    def _warn_pair(self, round_number: int | None, a: Assignment, why: str) -> None:
         """A pair that cannot start is said once per reason (then at debug level)."""
+        where = f"round {round_number}: " if round_number is not None else ""
         if why in self._pair_warned:
-            log.debug("round %d: pair %s not started: %s", round_number, "+".join(a.jobs), why)
+            log.debug("%spair %s not started: %s", where, "+".join(a.jobs), why)
             return
         self._pair_warned.add(why)
-        log.warning("round %d: pair %s not started (space sharing): %s", round_number,
-                    "+".join(a.jobs), why)
+        log.warning("%spair %s not started (space sharing): %s", where, "+".join(a.jobs), why)
         for job in a.jobs:
             self.on_event("pair_refused", job, why)
+
+    def _adopt_pairs(self) -> None:
+        """Two running gavel jobs holding half of one GPU's shards each are a pair (one a
+        previous run of the daemon started): reported as its row, stopped together."""
+        halves: dict[tuple[str, str], list[str]] = {}
+        for job, j in self._jobs.items():
+            if (job in self._running and job not in self._pairs and j.shards and len(j.nodes) == 1
+                    and len(j.gpu_indices) == 1 and j.shards < self.shards_per_gpu(j.nodes[0])):
+                halves.setdefault((j.nodes[0], j.gpu_indices[0]), []).append(job)
+        for (node, idx), jobs in sorted(halves.items()):
+            if len(jobs) == 2:
+                a = Assignment(tuple(sorted(jobs, key=_id_order)), self._running[jobs[0]].worker_type,
+                               ((node, 1),))
+                for m in jobs:
+                    self._pairs[m] = a
+                log.info("jobs %s share GPU %s:%s: running as a pair", "+".join(a.jobs), node, idx)
 
     def _check_pairs(self) -> None:
         """Every running gavel job's GPU (node, IDX from gres_detail) is held by its row only:
@@ -867,7 +916,8 @@ class SlurmBackend:
             problems.append("no GPU node has gres/shard: pairs are not started (slurm.conf "
                             "Gres=gpu:N,shard:M, gres.conf Name=shard; docs/space-sharing.md)")
         if tuple(version[:2]) < (23, 11):
-            problems.append(f"Slurm {'.'.join(map(str, version))} may give a whole-GPU job a GPU "
+            shown = ".".join([str(version[0]), *(f"{v:02d}" for v in version[1:])])
+            problems.append(f"Slurm {shown} may give a whole-GPU job a GPU "
                             "already used by shards (fixed in 23.11): the daemon checks every poll "
                             "which jobs hold each GPU and logs any third job on a pair's GPU")
         return problems
