@@ -241,3 +241,19 @@ def test_two_pairs_planned_together_each_get_their_own_gpu_and_a_lone_half_block
         assert not [r for r in obs.running if f in r.jobs or g in r.jobs]
     finally:
         c.run(["scancel", a, b, d, e, f, g], check=False)
+
+
+def test_with_space_sharing_off_a_packed_policy_alias_runs_no_pair():
+    """The daemon builds its engine with config.space_sharing: off (the default), no pair
+    throughputs reach the policy, so even a `..._packed` alias plans no pair row."""
+    from slurm_gavel.slurm.config import from_dict
+    from tests.test_engine import job, run_engine, small_table
+    jobs = [job(m, 200000) for m in ["fast", "flat"] * 2]
+    config = from_dict({"policy": "max_min_fairness_packed"})
+    assert config.space_sharing is False
+    _, _, off = run_engine(jobs, {"v100": 1}, policy=config.policy, rounds=20,
+                           table=small_table(pairs=True), space_sharing=config.space_sharing)
+    assert not [a for _, plan in off.rounds for a in plan.assignments if len(a.jobs) == 2]
+    _, _, on = run_engine(jobs, {"v100": 1}, policy=config.policy, rounds=20,
+                          table=small_table(pairs=True), space_sharing=True)
+    assert [a for _, plan in on.rounds for a in plan.assignments if len(a.jobs) == 2]

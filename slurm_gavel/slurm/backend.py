@@ -163,7 +163,7 @@ class SlurmBackend:
         self._bad_flags: dict[str, str] = {}
         self._others_gpus: dict[str, int] = {}        # node -> GPUs held by non-gavel jobs
         self._running: dict[str, _Running] = {}
-        self._usage: dict[tuple, float] = {}          # (job, type, nodes) -> seconds since observe
+        self._usage: dict[tuple, float] = {}    # (job, type, nodes, partner or None) -> seconds since observe
         self._departures: list[Departure] = []
         self._preempted: dict[str, _Preempted] = {}
         self._deferred: dict[str, Assignment] = {}     # starts waiting for the job to stop
@@ -184,6 +184,7 @@ class SlurmBackend:
         self._partial: dict[str, list[str]] = {}      # node -> jobs on a partly used GPU's shards
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
+        self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -681,12 +682,17 @@ class SlurmBackend:
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
         # a pair stops together (its partner cannot go on alone on half a GPU's shards)
         kept = {job for a in plan.keep for job in a.jobs}
-        for job in list(stop):
+        for job in plan.preempt:
             partner = self._partner(job)
             if (partner in self._running and partner not in self._preempted
                     and partner not in stop and partner not in kept):
                 stop.append(partner)
         unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
+        for job in plan.preempt:              # a pair released but not started: both taken back
+            partner = self._partner(job)
+            if (partner in self._starting and partner not in self._running and partner not in unstart
+                    and partner not in kept):
+                unstart.append(partner)
         if unstart:
             self._act("hold", unstart, lambda: self.cli.hold(unstart))
             for job in unstart:
@@ -818,8 +824,10 @@ class SlurmBackend:
     # -- space sharing (docs/space-sharing.md) -----------------------------------------
     def shards_per_gpu(self, node: str) -> int:
         """gres/shard per GPU of `node` (slurm.conf Gres=gpu:4,shard:16 -> 4); 0: none."""
-        n = next((x for x in self._nodes if x.name == node), None)
-        return n.shards // n.gpus if n is not None and n.gpus else 0
+        if self._shards_of is None or self._shards_of[0] is not self._nodes:
+            self._shards_of = (self._nodes, {n.name: n.shards // n.gpus if n.gpus else 0
+                                             for n in self._nodes})
+        return self._shards_of[1].get(node, 0)
 
     def _partner(self, job: str) -> str | None:
         a = self._pairs.get(job)
@@ -857,6 +865,8 @@ class SlurmBackend:
         if why in self._pair_warned:
             log.debug("%spair %s not started: %s", where, "+".join(a.jobs), why)
             return
+        if len(self._pair_warned) > 10000:
+            self._pair_warned.clear()                 # bounded: a reason may be said again
         self._pair_warned.add(why)
         log.warning("%spair %s not started (space sharing): %s", where, "+".join(a.jobs), why)
         for job in a.jobs:
@@ -904,6 +914,8 @@ class SlurmBackend:
     def _alarm(self, key: tuple, message: str) -> None:
         if key in self._pair_alarms:
             return
+        if len(self._pair_alarms) > 10000:
+            self._pair_alarms.clear()
         self._pair_alarms.add(key)
         log.error("%s", message)
         self.on_event("gpu_shared", key[1], message)
