@@ -29,8 +29,12 @@ def test_shard_jobs_and_nodes_are_read_from_both_versions_json():
          "gres_detail": ["shard:2(IDX:0)"], "node_count": 1},
         {"job_id": 8, "job_state": ["PENDING"], "nodes": "", "tres_per_node": "gres/shard:4"},
         {"job_id": 9, "job_state": "RUNNING", "nodes": "v100-0", "tres_per_node": "gres:gpu:2",
-         "gres_detail": ["gpu:v100:2(IDX:1-2)"], "node_count": 1}]})
+         "gres_detail": ["gpu:v100:2(IDX:1-2)"], "node_count": 1},
+        # 24.11 (measured): a shard job's detail is its count on each GPU of the node
+        {"job_id": 10, "job_state": ["RUNNING"], "nodes": "v100-0", "tres_per_node": "gres/shard:2",
+         "gres_detail": ["shard:2(0/4,2/4)"], "node_count": 1}]})
     by_id = {j.job_id: j for j in jobs}
+    assert (by_id["10"].shards, by_id["10"].gpus, by_id["10"].gpu_indices) == (2, 1, ("1",))
     assert (by_id["7"].shards, by_id["7"].gpus, by_id["7"].gpu_indices) == (2, 1, ("0",))
     assert (by_id["8"].shards, by_id["8"].gpus, by_id["8"].total_gpus) == (4, 1, 1)
     assert (by_id["9"].shards, by_id["9"].gpus, by_id["9"].gpu_indices) == (0, 2, ("1-2",))
@@ -44,7 +48,9 @@ def test_shard_jobs_and_nodes_are_read_from_both_versions_json():
 # -- the job_submit plugin ----------------------------------------------------------------
 def _tres(cluster, job: str) -> dict:
     out = cluster.run(["scontrol", "-o", "show", "job", job]).stdout
-    return {k: v for k, _, v in (w.partition("=") for w in out.split()) if k.startswith("TresPer")}
+    # 22.05 writes gres:gpu:1, 24.11 gres/gpu:1
+    return {k: v.replace("gres/", "gres:") for k, _, v in (w.partition("=") for w in out.split())
+            if k.startswith("TresPer")}
 
 
 @pytest.fixture
@@ -72,17 +78,20 @@ def test_job_submit_asks_a_one_gpu_gavel_job_as_a_whole_gpus_shards(shard_cluste
     assert _tres(c, sbatch("--gres=gpu:1", comment="")) == {"TresPerNode": "gres:gpu:1"}   # not gavel
 
 
-def test_a_pending_jobs_gres_name_is_not_switched_on_22_05_but_its_shard_count_is(shard_cluster, tmp_path):
+def test_a_pending_jobs_gpu_request_turns_into_shards_on_24_11_not_22_05_its_shard_count_on_both(shard_cluster, tmp_path):
     """The fact the mechanism rests on (docs/space-sharing.md): on 22.05 `scontrol update` of
-    a pending job cannot turn gpu into shard, but changes a shard count."""
+    a pending job cannot turn gpu into shard (24.11 replaces the request), but both change a
+    shard count."""
     c = shard_cluster
-    if c.version[:2] >= (23, 11):
-        pytest.skip("the 22.05 behaviour; 24.11 replaces TresPerNode")
     gpu = c.run(["sbatch", "--parsable", "-H", "-o", "/dev/null", "--gres=gpu:1", "--wrap", "sleep 1"],
                 cwd=tmp_path).stdout.strip()
-    refused = c.run(["scontrol", "update", f"jobid={gpu}", "Gres=shard:2"], check=False)
-    assert refused.returncode != 0 and "Invalid generic resource" in refused.stderr
-    assert _tres(c, gpu) == {"TresPerNode": "gres:gpu:1"}
+    switched = c.run(["scontrol", "update", f"jobid={gpu}", "Gres=shard:2"], check=False)
+    if c.version[:2] < (23, 11):
+        assert switched.returncode != 0 and "Invalid generic resource" in switched.stderr
+        assert _tres(c, gpu) == {"TresPerNode": "gres:gpu:1"}
+    else:
+        assert switched.returncode == 0, switched.stderr
+        assert _tres(c, gpu) == {"TresPerNode": "gres:shard:2"}
     shard = c.run(["sbatch", "--parsable", "-H", "-o", "/dev/null", "--gres=shard:4", "--wrap", "sleep 1"],
                   cwd=tmp_path).stdout.strip()
     c.run(["scontrol", "update", f"jobid={shard}", "Gres=shard:2"])
@@ -129,7 +138,7 @@ def _holders(cluster) -> dict[tuple[str, str], set[str]]:
     for j in parse_jobs(data):
         if j.running:
             for node, idx in zip(j.nodes, j.gpu_indices):
-                for i in idx.split(","):
+                for i in filter(None, idx.split(",")):
                     lo, _, hi = i.partition("-")
                     for k in range(int(lo), int(hi or lo) + 1):
                         out.setdefault((node, str(k)), set()).add(j.slurm_id)

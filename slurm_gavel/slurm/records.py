@@ -94,15 +94,25 @@ def shard_request(value: Any) -> int:
     return int(m.group(1)) if m else 0
 
 
+_PER_DEVICE = re.compile(r"\(((?:\d+/\d+,)*\d+/\d+)\)")
+
+
 def _gpu_indices(value: Any) -> tuple[str, ...]:
     """gres_detail -> the device indices (IDX) a running job holds on each node:
-    ['shard:2(IDX:0)'] -> ('0',), ['gpu:v100:2(IDX:0-1)'] -> ('0-1',); '' where unknown."""
+    ['shard:2(IDX:0)'] (22.05) -> ('0',), ['gpu:v100:2(IDX:0-1)'] -> ('0-1',), and 24.11's
+    shards, the job's count on each GPU of the node, ['shard:2(2/4,0/4)'] -> ('0',);
+    '' where unknown."""
     if not isinstance(value, list):
         return ()
     out = []
     for entry in value:
         m = _IDX.search(text(entry))
-        out.append(m.group(1) if m else "")
+        if m:
+            out.append(m.group(1))
+            continue
+        m = _PER_DEVICE.search(text(entry))
+        used = [i for i, part in enumerate(m.group(1).split(",")) if int(part.split("/")[0]) > 0] if m else []
+        out.append(",".join(map(str, used)))
     return tuple(out)
 
 
