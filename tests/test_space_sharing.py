@@ -231,6 +231,9 @@ def test_two_pairs_planned_together_each_get_their_own_gpu_and_a_lone_half_block
             obs = backend.observe()
             time.sleep(0.5)
         assert _gpu_of(c, a) == _gpu_of(c, b) != _gpu_of(c, d) == _gpu_of(c, e)
+        # a restarted daemon's backend finds the pairs from what Slurm runs
+        again = SlurmBackend(SlurmCLI(env=c.env), WallClock(), partitions={"v100": "v100"})
+        assert {r.jobs for r in again.observe().running} == {(a, b), (d, e)}
         c.run(["scancel", b])                        # a runs on alone, on half its GPU's shards
         deadline = time.time() + 30
         while b in {x.id for x in obs.jobs} or a not in {j for r in obs.running for j in r.jobs}:
