@@ -24,6 +24,8 @@ end of the comment or whitespace). For such a job this plugin
      per node) the daemon chooses. GPUs per task or per socket, and a fixed
      --ntasks-per-node (above 1) on such a job, are refused: they cannot follow
      the shape (ask --gpus=N --ntasks-per-gpu=1 instead);
+  3c. with GAVEL_SHARDS_PER_GPU set (space sharing), asks a one-GPU job's GPU as
+     that many shards, a whole GPU's (below);
   4. turns requeue on: preemption requeues the job;
   5. stores the canonical flags in admin_comment ("gavel:v1 model=... weight=..."),
      which only administrators can change, so the daemon reads flags the user
@@ -52,6 +54,15 @@ local GAVEL_ADMIN_UIDS = { [0] = true }
 -- nil: only the grammar is checked here, and the daemon holds a job naming an unknown
 -- type back, saying why (gqueue).
 local GAVEL_GPU_TYPES = nil
+
+-- Space sharing (docs/space-sharing.md): the shards of each GPU in gres.conf
+-- (Name=shard Count=S File=<that GPU>), or 0 (no space sharing, the default).
+-- When set, a gavel job of one GPU on one node is submitted as --gres=shard:S,
+-- a whole GPU's shards: alone it holds its GPU as before, and the daemon can
+-- pair it with another by giving each S/2 shards of one GPU. Slurm 22.05
+-- cannot switch a pending job from gpu to shard (it adds to the old GRES
+-- list: "Invalid generic resource"), but it does change a shard count.
+local GAVEL_SHARDS_PER_GPU = 0
 
 -- The grammar; keep in step with slurm_gavel/flags.py.
 local KEYS = { "model", "weight", "entity", "slo", "steps", "speeds", "types" }
@@ -606,6 +617,21 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     end
     for field, value in pairs(shape) do
         rewritten[field] = value
+    end
+    -- one GPU (--gres=gpu:1 on one node, or --gpus=1): a whole GPU's shards, to be paired
+    local per_node = rewritten.tres_per_node or fields.tres_per_node or ""
+    local per_job = rewritten.tres_per_job or fields.tres_per_job or ""
+    local one_gpu = nil
+    if per_job == "" then
+        one_gpu = string.match(per_node, "^(gres[:/])gpu:1$")
+    elseif per_node == "" then
+        one_gpu = string.match(per_job, "^(gres[:/])gpu:1$")
+    end
+    if GAVEL_SHARDS_PER_GPU > 0 and one_gpu ~= nil and (count_set(job_desc.max_nodes) or 1) == 1 then
+        rewritten.tres_per_node = one_gpu .. "shard:" .. string.format("%.0f", GAVEL_SHARDS_PER_GPU)
+        if per_job ~= "" then
+            rewritten.tres_per_job = ""
+        end
     end
     for _, field in ipairs(GPU_FIELDS) do
         if rewritten[field] ~= nil then

@@ -5,6 +5,9 @@ session: 3 GPU types x 2 nodes x 4 fake GPUs, the repository's job_submit.lua wh
 present, random free ports.  Skipped where Slurm is missing or we are not root,
 except under CI (the CI variable set), where that is a failure: CI must run them.
 
+`slurm_shard_cluster`: a small cluster with gres/shard on every GPU (space sharing), started
+only when a test asks for it.
+
 `slurm_accounting_cluster`: a second, smaller cluster with accounting (its own MariaDB and
 slurmdbd; sacct, sacctmgr, associations enforced), started only when a test asks for it.
 """
@@ -63,6 +66,35 @@ def slurm_cluster(tmp_path_factory):
 
 
 ACCOUNTING_TYPES = {"v100": (1, 4), "k80": (1, 4)}
+
+# Space sharing (docs/space-sharing.md): gres/shard on every GPU, and the repository's
+# job_submit.lua with GAVEL_SHARDS_PER_GPU set, so that one-GPU gavel jobs ask shards.
+SHARD_TYPES = {"v100": (1, 4), "k80": (1, 4)}
+SHARDS_PER_GPU = 4
+
+
+def shard_job_submit_lua(directory) -> str:
+    """The repository's job_submit.lua with GAVEL_SHARDS_PER_GPU = SHARDS_PER_GPU, in `directory`."""
+    text = default_job_submit_lua().read_text()
+    line = "local GAVEL_SHARDS_PER_GPU = 0\n"
+    assert line in text, "job_submit.lua has no GAVEL_SHARDS_PER_GPU setting"
+    path = directory / "job_submit.lua"
+    path.write_text(text.replace(line, f"local GAVEL_SHARDS_PER_GPU = {SHARDS_PER_GPU}\n"))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def slurm_shard_cluster(tmp_path_factory):
+    require_slurm()
+    ctld_port, slurmd_port = pick_ports(len(node_list(SHARD_TYPES)))
+    lua = shard_job_submit_lua(tmp_path_factory.mktemp("shard-lua"))
+    cluster = DevCluster(tmp_path_factory.mktemp("shard"), SHARD_TYPES, ctld_port=ctld_port,
+                         slurmd_port=slurmd_port, job_submit_lua=lua, shards=SHARDS_PER_GPU)
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
 
 
 @pytest.fixture(scope="session")

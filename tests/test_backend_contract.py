@@ -71,6 +71,10 @@ class Harness:
         """When the job (started once) began to hold its GPUs, on `clock` (not what the backend says)."""
         raise NotImplementedError
 
+    def devices(self, job: str) -> tuple[str, str]:
+        """(server, devices) the job's last start really ran on (not what the backend says)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -155,11 +159,16 @@ class SimulatedHarness(Harness):
         assert r.starts == 1
         return r.first_start
 
+    def devices(self, job: str) -> tuple[str, str]:
+        # the simulator's own running rows: a row's jobs share its GPUs
+        (a,) = [a for a in self.backend._running if job in a.jobs]
+        return a.servers[0][0], f"row {'+'.join(a.jobs)}"
+
 
 JOB_SCRIPT = r"""#!/bin/bash
 # A gavel job: logs each start; on USR2 it exits with the requeue-hold code (85).
 trap 'echo "stop $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.log"; exit 85' USR2
-echo "start $SLURM_JOB_PARTITION $SLURMD_NODENAME $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.log"
+echo "start $SLURM_JOB_PARTITION $SLURMD_NODENAME $(date +%s.%N) ${CUDA_VISIBLE_DEVICES:-none}" >> "$JOBDIR/$SLURM_JOB_ID.log"
 if [ "$SECONDS_TO_RUN" -gt 0 ]; then
   for i in $(seq $((SECONDS_TO_RUN * 10))); do sleep 0.1; done
   echo "end $(date +%s.%N)" >> "$JOBDIR/$SLURM_JOB_ID.log"
@@ -234,6 +243,13 @@ class SlurmHarness(Harness):
         info = dict(re.findall(r"(\w+)=(\S*)", self.cluster.run(["scontrol", "-o", "show", "job", job]).stdout))
         return time.mktime(time.strptime(info["StartTime"], "%Y-%m-%dT%H:%M:%S"))
 
+    def devices(self, job: str) -> tuple[str, str]:
+        # what the job's script saw: its node and CUDA_VISIBLE_DEVICES (fake GPUs are devices
+        # on the shard cluster, so Slurm sets it; see devcluster._fake_gpu)
+        self._starts(job)
+        words = [w for w in self._log(job) if w[0] == "start"][-1]
+        return words[2], words[4]
+
     def close(self) -> None:
         if self.jobs:
             self.cluster.run(["scancel", *self.jobs], check=False)
@@ -254,6 +270,19 @@ def harness(request, tmp_path):
         h = SimulatedHarness()
     else:
         h = SlurmHarness(request.getfixturevalue("slurm_cluster"), tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@pytest.fixture(params=["simulated", "slurm"])
+def pair_harness(request, tmp_path):
+    """A harness for space sharing: on Slurm, the cluster with gres/shard (conftest.py)."""
+    if request.param == "simulated":
+        h = SimulatedHarness()
+    else:
+        h = SlurmHarness(request.getfixturevalue("slurm_shard_cluster"), tmp_path)
     try:
         yield h
     finally:
@@ -503,3 +532,43 @@ def test_keeping_a_running_job_changes_nothing(harness):
     # no gap: it ran all along
     assert usage_since(h, mark, job, "k80") == pytest.approx(t1 - t0, abs=h.tolerance)
     assert usage_since(h, mark, job) == usage_since(h, mark, job, "k80")
+
+
+def test_a_pair_runs_together_on_one_gpu_is_credited_as_a_pair_and_stops_together(pair_harness):
+    """Issue 13, space sharing: a pair row starts both jobs on one GPU of one server, its
+    usage is the pair's, and preempting one of them stops both."""
+    h = pair_harness
+    first, second = h.submit(1), h.submit(1)
+    obs = h.observe_until(lambda o: {first, second} <= set(ids(o)), "both jobs observed")
+    server = server_of(obs, "v100").name
+    row = Assignment((first, second), "v100", ((server, 1),))
+    h.execute(plan(0, start=[row]))
+    obs = h.observe_until(lambda o: sum(u.seconds for u in o.usage if u.assignment == row) > 0,
+                          "the pair running")
+    assert running_on(obs, first) == [row] and running_on(obs, second) == [row]
+    assert free(obs)[server] == GPUS_PER_SERVER - 1              # one GPU for both
+    assert h.starts(first) == 1 and h.starts(second) == 1
+    assert h.devices(first) == h.devices(second)                # the same GPU
+    assert "none" not in h.devices(first)                       # (Slurm named one)
+    mark = len(h.history)
+    t0 = h.history[-1].time
+    h.observe_for(4.0)
+    t1 = h.history[-1].time
+    # every second they ran is the pair's, none alone
+    assert all(u.assignment == row for o in h.history[mark:] for u in o.usage)
+    assert sum(u.seconds for o in h.history[mark:] for u in o.usage) == pytest.approx(
+        t1 - t0, abs=h.tolerance)
+    # preempting one job of the pair (its row not kept) stops both
+    h.execute(plan(1, preempt=[first]))
+    h.observe_until(lambda o: used(o, first) == 0 and used(o, second) == 0
+                    and not running_on(o, first) and not running_on(o, second), "the pair stopped")
+    for o in h.observe_for(2.0):
+        assert {first, second} <= set(ids(o)) and o.departures == ()
+        assert used(o, first) == 0 and used(o, second) == 0
+    assert h.starts(first) == 1 and h.starts(second) == 1
+    # one of them alone again: a whole GPU (on Slurm: all its shards again)
+    alone = on(h.history[-1], second, "v100", 1)
+    h.execute(plan(2, start=[alone]))
+    obs = h.observe_until(is_running(second, "v100"), f"job {second} running alone")
+    assert running_on(obs, second) == [alone] and running_on(obs, first) == []
+    assert h.starts(second) == 2

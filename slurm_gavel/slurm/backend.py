@@ -31,6 +31,14 @@ start pins says the type, so a job's type is read from its partition and nodes.
 A released job whose planned GPUs a non-gavel job took before Slurm started it
 (the plain job won the race between plan and start) is held at the next poll and
 planned again at once (`replan`: the daemon starts a new round), with the reason.
+
+* a pair row (space sharing, docs/space-sharing.md): both one-GPU jobs ask
+  gres/shard (job_submit.lua); each gets half of one GPU's shards on the node
+  (`Gres=shard:S/2` in its update), both are released in one call, one pair per
+  node at a time; they are reported as the pair's row and usage, and stop
+  together.  Each poll checks which jobs Slurm gave each GPU (gres_detail IDX).
+  The pair rows' own part lives in sharing.py (`SpaceSharing`, mixed in here).
+
 A released job that Slurm has not started `start_timeout` seconds later
 (its pending reason says why: Resources, ReqNodeNotAvail, PartitionNodeLimit,
 ...) is held again and not planned for a backoff that doubles with each such
@@ -73,6 +81,7 @@ from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_fro
 from .commands import Backoff, SlurmCLI, SlurmCommandError
 from .feasibility import accepts, judge
 from .gputypes import TypeMap, discover
+from .sharing import SpaceSharing, _id_order, _indices
 from .userfiles import UserFiles
 
 log = logging.getLogger("slurm_gavel.slurm")
@@ -102,12 +111,6 @@ LOST_SETTLE_SECONDS = 5.0
 PARTITION_REFUSALS = ("account/partition", "invalid account", "invalid qos",
                       "not permitted to use this partition", "access/permission denied",
                       "user's group not permitted")
-
-
-def _id_order(job_id: str) -> tuple[int, int]:
-    """35 -> (35, -1), array task 35_2 -> (35, 2): submission order, then task order."""
-    head, _, task = job_id.partition("_")
-    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1)
 
 
 def discover_partitions(nodes: list[SlurmNode]) -> dict[str, str]:
@@ -143,7 +146,7 @@ class _Stuck:
     reason: str                 # Slurm's pending reason when it was taken back
 
 
-class SlurmBackend:
+class SlurmBackend(SpaceSharing):
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | TypeMap | None = None,
@@ -175,7 +178,7 @@ class SlurmBackend:
         self._bad_flags: dict[str, str] = {}
         self._others_gpus: dict[str, int] = {}        # node -> GPUs held by non-gavel jobs
         self._running: dict[str, _Running] = {}
-        self._usage: dict[tuple, float] = {}          # (job, type, nodes) -> seconds since observe
+        self._usage: dict[tuple, float] = {}    # (job, type, nodes, partner or None) -> seconds since observe
         self._departures: list[Departure] = []
         self._preempted: dict[str, _Preempted] = {}
         self._deferred: dict[str, Assignment] = {}     # starts waiting for the job to stop
@@ -193,6 +196,14 @@ class SlurmBackend:
         # planned for it between the plan and the start (shown by gqueue until it runs)
         self._taken: dict[str, str] = {}
         self.replan = False       # such a start was taken back: the daemon plans again now
+        # Space sharing (docs/space-sharing.md): job -> its partner, for pairs started
+        # together on one GPU (half its shards each), until one of them stops
+        self._pairs: dict[str, Assignment] = {}
+        self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
+        self._partial: dict[str, list[str]] = {}      # node -> jobs on a partly used GPU's shards
+        self._pair_warned: set[str] = set()            # one warning per reason, not per round
+        self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
+        self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -225,7 +236,14 @@ class SlurmBackend:
         self._type_of = self.types.node_types(self._nodes)
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
+        self._gpu_users = {}
+        shards_used: dict[tuple[str, str], int] = {}
         for j in jobs:
+            if j.running:
+                for n, idx in zip(j.nodes, j.gpu_indices):
+                    for i in _indices(idx):
+                        self._gpu_users.setdefault((n, i), []).append(j.job_id)
+                        shards_used[(n, i)] = shards_used.get((n, i), 0) + j.shards
             if j.admin_comment.startswith(GAVEL_PREFIX):
                 if not j.finished:
                     gavel[j.job_id] = j
@@ -304,6 +322,17 @@ class SlurmBackend:
         self._settle_lost(now, nodes)
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
         self._taken = {job: why for job, why in self._taken.items() if job in gavel and not gavel[job].running}
+        self._pairs = {job: a for job, a in self._pairs.items()
+                       if all(m in self._running or m in self._starting for m in a.jobs)}
+        # node -> jobs on a GPU whose shards are partly free (a pair's job whose partner
+        # left): a new pair's first half would go there (first fit), not where its other half goes
+        self._partial = {}
+        for (n, i), used in sorted(shards_used.items()):
+            per = self.shards_per_gpu(n)
+            if 0 < used and per - used >= per // 2 > 0:      # room for a pair's smaller half
+                self._partial.setdefault(n, []).extend(self._gpu_users[(n, i)])
+        self._adopt_pairs()
+        self._check_pairs()
 
     @staticmethod
     def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -414,7 +443,8 @@ class SlurmBackend:
 
     def _credit(self, job_id: str, r: _Running, until: float) -> None:
         if until > r.since:
-            key = (job_id, r.worker_type, r.nodes)
+            partner = self._partner(job_id)
+            key = (job_id, r.worker_type, r.nodes, partner if partner in self._running else None)
             self._usage[key] = self._usage.get(key, 0.0) + (until - r.since)
             r.since = until
 
@@ -469,6 +499,10 @@ class SlurmBackend:
             j = self._jobs.get(job_id)
             if j is None or job_id in self._preempted:
                 continue                      # stopping: not something the plan may keep
+            if job_id in self._pairs:         # a pair row: both jobs on one GPU
+                if self._pairs[job_id] not in running:
+                    running.append(self._pairs[job_id])
+                continue
             # an --exclusive job holds its whole node, as it was planned (see _held_gpus)
             running.append(Assignment((job_id,), r.worker_type, tuple(
                 (n, sizes.get(job_id, j.gpus) if j.exclusive else j.gpus_on(n)) for n in r.nodes)))
@@ -476,10 +510,9 @@ class SlurmBackend:
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
         # (One that does not start in time was taken back above.)
         for job_id, (a, at) in sorted(self._starting.items()):
-            running.append(a)
-        usage = tuple(Usage(Assignment((job,), wt, tuple((n, self._jobs[job].gpus_on(n) if job in self._jobs
-                                                          else 0) for n in nodes)), seconds)
-                      for (job, wt, nodes), seconds in sorted(self._usage.items()))
+            if a not in running:              # a pair is listed once
+                running.append(a)
+        usage = self._usage_rows()
         self._usage = {}
         departures, self._departures = tuple(self._departures), []
         return Observation(now, tuple(states), tuple(servers), steps_done, tuple(running), usage,
@@ -676,7 +709,9 @@ class SlurmBackend:
                 wt = self._run_type(info.get("partition"), [info["node"]] if info.get("node") else j.nodes)
                 if info.get("steps_per_second") and wt and j.running:
                     # Slurm's node list says whether the run was spread (unconsolidated)
+                    partner = self._partner(job_id)
                     seen.append(Measurement(job_id, wt, float(info["steps_per_second"]),
+                                            partner=partner if partner in self._running else None,
                                             spread=len(j.nodes) > 1))
                 break
         return done, tuple(seen)
@@ -692,7 +727,19 @@ class SlurmBackend:
             self.round_seconds = round_end - now
         self._executed_round = plan.round
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
+        # a pair stops together (its partner cannot go on alone on half a GPU's shards)
+        kept = {job for a in plan.keep for job in a.jobs}
+        for job in plan.preempt:
+            partner = self._partner(job)
+            if (partner in self._running and partner not in self._preempted
+                    and partner not in stop and partner not in kept):
+                stop.append(partner)
         unstart = [job for job in plan.preempt if job in self._starting and job not in self._running]
+        for job in plan.preempt:              # a pair released but not started: both taken back
+            partner = self._partner(job)
+            if (partner in self._starting and partner not in self._running and partner not in unstart
+                    and partner not in kept):
+                unstart.append(partner)
         if unstart:
             self._act("hold", unstart, lambda: self.cli.hold(unstart),
                       why=f"round {plan.round} gives its GPUs to another job before it started")
@@ -707,8 +754,12 @@ class SlurmBackend:
         for a in plan.start:
             job = a.jobs[0]
             if len(a.jobs) > 1:
-                log.warning("round %d: space sharing is not supported on Slurm yet; %s not started",
-                            plan.round, "+".join(a.jobs))
+                why = self._pair_problem(a)
+                if why:
+                    self._warn_pair(plan.round, a, why)
+                    continue
+                for member in a.jobs:
+                    self._deferred[member] = a
                 continue
             j = self._jobs.get(job)
             if len(a.servers) > 1 and (j is None or not j.reshapeable):
@@ -730,20 +781,44 @@ class SlurmBackend:
         (a distributed one gets its shape in it) and one `scontrol release` for all (Slurm
         takes id lists)."""
         groups: dict[tuple[str, str], list[str]] = {}
-        for job, a in list(self._deferred.items()):
-            j = self._jobs.get(job)
-            if j is None:
-                del self._deferred[job]
-                continue
+
+        def waits(job: str, a: Assignment) -> bool:
+            j = self._jobs[job]
             if j.running or "COMPLETING" in j.state:
-                continue                      # still stopping; next poll
+                return True                   # still stopping; next poll
             stopped = self._stopped.get(job)
-            if (stopped and set(stopped[1]) & set(a.nodes)
-                    and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS):
-                continue                      # same node, too soon: next poll
-            del self._deferred[job]
-            self._planned[job] = a
-            groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(job)
+            return bool(stopped and set(stopped[1]) & set(a.nodes)
+                        and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
+        pairing = {a.nodes[0] for a, _ in self._starting.values() if len(a.jobs) > 1}
+        for job, a in list(self._deferred.items()):
+            if job not in self._deferred:
+                continue                      # its pair's other job decided for both
+            if any(m not in self._jobs or self._deferred.get(m) != a for m in a.jobs):
+                for m in a.jobs:              # gone (or planned elsewhere): the pair cannot start
+                    if self._deferred.get(m) == a:
+                        del self._deferred[m]
+                continue
+            if any(waits(m, a) for m in a.jobs):
+                continue                      # a pair starts together: both ready
+            if len(a.jobs) > 1:
+                # One pair per node at a time: Slurm gives each half the first GPU with half
+                # its shards free, so two pairs released together can cross (A and C on one
+                # GPU, B and D on another); the next pair goes once this one runs (a poll on).
+                if a.nodes[0] in pairing:
+                    continue
+                partial = self._partial.get(a.nodes[0])
+                if partial:
+                    for m in a.jobs:
+                        del self._deferred[m]
+                    self._warn_pair(None, a, f"a GPU of node {a.nodes[0]} has part of its shards "
+                                             f"in use (job {','.join(sorted(set(partial)))}): the "
+                                             "pair's halves would land on different GPUs")
+                    continue
+                pairing.add(a.nodes[0])
+            for m in a.jobs:
+                del self._deferred[m]
+                self._planned[m] = a
+                groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(m)
         if not groups:
             return
         # `scontrol update` takes a list of job ids for Partition or StartTime, but
@@ -763,7 +838,12 @@ class SlurmBackend:
                               self.cli.reshape(job, p, n, per, **x))
                 else:
                     what = f"start on {partition} {nodes}"
-                    action = (lambda job=job, p=partition, n=nodes, x=self._unheld(j):
+                    extra = dict(self._unheld(j))
+                    shards = self._shards_wanted(job, a)
+                    if shards and j is not None and j.shards != shards:
+                        extra["Gres"] = f"shard:{shards}"
+                        what += f" ({shards} shards of one GPU{', paired' if len(a.jobs) > 1 else ''})"
+                    action = (lambda job=job, p=partition, n=nodes, x=extra:
                               self.cli.update([job], Partition=p, NodeList=n, StartTime="now", **x))
                 if self._act(what, [job], action, why=self._why_start()):
                     ready.append(job)
@@ -775,12 +855,20 @@ class SlurmBackend:
                         self._refused.setdefault(job, {})[wt] = why
                     log.warning("job %s may not use partition %s (%s): %s left out of its row",
                                 job, partition, why, ", ".join(left))
+        for job in list(ready):               # a pair starts together or not at all
+            a = self._planned[job]
+            if len(a.jobs) > 1 and any(m not in ready for m in a.jobs):
+                ready.remove(job)
+                log.warning("job %s not released: its pair %s could not be prepared", job,
+                            "+".join(a.jobs))
         why = {job: self._why_start() for job in ready}
         if ready and not self._act("release", ready, lambda: self.cli.release(ready), why=why) and len(ready) > 1:
             ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]),
                                                        why=why)]
         now = self.clock.now()
         for job in ready:
+            if len(self._planned[job].jobs) > 1:
+                self._pairs[job] = self._planned[job]
             self._starting[job] = (self._planned[job], now)
             self._released[job] = now
             j = self._jobs.get(job)

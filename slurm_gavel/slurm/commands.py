@@ -25,7 +25,8 @@ log = logging.getLogger("slurm_gavel.slurm")
 
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
-_GRES = re.compile(r"^gpu:[0-9]+$")                    # Gres=gpu:4: untyped, a count per node
+# Gres=gpu:4 (untyped, a count per node) or Gres=shard:2 (space sharing: a pair's half GPU)
+_GRES = re.compile(r"^(gpu|shard):[0-9]+$")
 _TIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._+\-]*$")  # sacct's times: now-30days, 2026-12-01T08:00
 _ADMIN_COMMENT = re.compile(r"^gavel:[ -~]{0,1000}$")   # flags, then the daemon's status
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
@@ -217,7 +218,8 @@ class SlurmCLI:
                 continue
             if key.lower() == "gres":
                 if not _GRES.match(str(value)):
-                    raise InputError("scontrol update", f"Gres must be gpu:COUNT, not {value!r}")
+                    raise InputError("scontrol update", f"Gres must be gpu:COUNT or shard:COUNT, "
+                                                          f"not {value!r}")
                 pairs.append(f"{key}={value}")
                 continue
             pairs.append(f"{key}={name(str(value), key)}")

@@ -151,6 +151,7 @@ class Daemon:
         self._reload = False
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
+        self._check_space_sharing(config)
         log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
                  config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
                  ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
@@ -180,6 +181,22 @@ class Daemon:
             log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
                         "will end instead of being requeued held. Add RequeueExitHold=%d.",
                         hold or "(unset)", config.requeue_exit_code, config.requeue_exit_code)
+
+    def _check_space_sharing(self, config) -> None:
+        """With space_sharing on, say once what keeps pairs from running safely here (no
+        gres/shard; Slurm before 23.11): docs/space-sharing.md."""
+        if not config.space_sharing:
+            return
+        try:
+            version = self.cli.version()
+        except GavelError as e:
+            log.warning("space sharing: cannot read Slurm's version: %s", e)
+            version = (0, 0)
+        problems = self.backend.space_sharing_problems(version)
+        for problem in problems:
+            log.warning("space sharing: %s", problem)
+        if not problems:
+            log.info("space sharing: on (pairs of one-GPU jobs share a GPU's shards)")
 
     @staticmethod
     def _table(config):

@@ -34,6 +34,7 @@ import shutil
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -79,10 +80,12 @@ def node_list(types: Mapping[str, tuple[int, int]]) -> list[tuple[str, str, int]
 def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port: int,
                       slurmd_port: int, job_submit: bool = False,
                       requeue_exit_hold: int = 85, dbd_port: int | None = None,
-                      mixed: str | None = None) -> str:
+                      mixed: str | None = None, shards: int = 0) -> str:
     """slurm.conf of a cluster in `directory` (an absolute path); no I/O.  With `dbd_port`,
     accounting through the slurmdbd listening there (see `render_slurmdbd_conf`); with
-    `mixed`, one partition of that name with every node instead of one per GPU type."""
+    `mixed`, one partition of that name with every node instead of one per GPU type.  With
+    `shards` (per GPU), every node also offers gres/shard: `shards` x its GPUs
+    (docs/space-sharing.md)."""
     d = str(directory)
     nodes = node_list(types)
     lines = [
@@ -104,7 +107,7 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
         f"SlurmdLogFile={d}/log/slurmd-%n.log",
         "# Fake hardware: the node lines below win over the real CPUs; GPUs are empty files.",
         "SlurmdParameters=config_overrides",
-        "GresTypes=gpu",
+        "GresTypes=gpu,shard" if shards else "GresTypes=gpu",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         *(["# No cgroups (23.02+, e.g. 24.11: cgroup.conf says CgroupPlugin=disabled). No accounting:",
@@ -150,7 +153,8 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
     for k, (name, gpu_type, gpus) in enumerate(nodes):
         lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
                      f"Port={slurmd_port + k} CPUs={2 * gpus} RealMemory={4096 * gpus} "
-                     f"Gres=gpu:{gpu_type}:{gpus} State=UNKNOWN")
+                     f"Gres=gpu:{gpu_type}:{gpus}{f',shard:{shards * gpus}' if shards else ''} "
+                     "State=UNKNOWN")
     if mixed:
         lines.append(f"PartitionName={mixed} Nodes={','.join(name for name, _, _ in nodes)} "
                      "Default=YES MaxTime=INFINITE State=UP")
@@ -187,15 +191,38 @@ def render_slurmdbd_conf(directory, dbd_port: int, db_port: int, db_password: st
     ]) + "\n"
 
 
-def render_gres_conf(directory, types: Mapping[str, tuple[int, int]]) -> str:
-    """gres.conf: each node's GPUs are empty files (Slurm drops a GPU without File=)."""
+def render_gres_conf(directory, types: Mapping[str, tuple[int, int]], shards: int = 0,
+                     shard_flags: str = "") -> str:
+    """gres.conf: each node's GPUs are empty files (Slurm drops a GPU without File=).  With
+    `shards`, each GPU also gets that many shards (one line per GPU file, so that a job's
+    shards name their GPU), with `shard_flags` (e.g. "one_sharing") on every shard line."""
     lines = ["# Fake GPUs of a local test cluster, written by slurm_gavel.slurm.devcluster.",
              "AutoDetect=off"]
+    flags = f" Flags={shard_flags}" if shard_flags else ""
     for name, gpu_type, gpus in node_list(types):
         files = f"gpu[0-{gpus - 1}]" if gpus > 1 else "gpu0"
         lines.append(f"NodeName={name} Name=gpu Type={gpu_type} "
                      f"File={directory}/gpus/{name}/{files}")
+        for k in range(gpus if shards else 0):
+            lines.append(f"NodeName={name} Name=shard Count={shards} "
+                         f"File={directory}/gpus/{name}/gpu{k}{flags}")
     return "\n".join(lines) + "\n"
+
+
+def _fake_gpu(path: Path, device: bool) -> None:
+    """One fake GPU: an empty file, or (`device`, for shards) a character device with the
+    numbers of /dev/null.  slurmd sets a job's CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS only
+    for GPUs whose File= is a device ("is not a valid character or block device" else), and
+    space sharing is checked by what both jobs of a pair see."""
+    if device:
+        if path.exists() and not path.is_char_device():
+            path.unlink()
+        if not path.exists():
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    elif not path.exists() or path.is_char_device():
+        if path.exists():
+            path.unlink()
+        path.touch()
 
 
 def render_cgroup_conf(version: tuple[int, ...]) -> str | None:
@@ -444,10 +471,11 @@ class DevCluster:
     def __init__(self, directory, types: Mapping[str, tuple[int, int]] | None = None,
                  ctld_port: int = DEFAULT_CTLD_PORT, slurmd_port: int = DEFAULT_SLURMD_PORT,
                  job_submit_lua=None, requeue_exit_hold: int = 85, accounting: bool = False,
-                 mixed: str | None = None):
+                 mixed: str | None = None, shards: int = 0, shard_flags: str = ""):
         if mixed is not None and not _TYPE_NAME.match(str(mixed)):
             raise InputError("mixed", f"partition name {mixed!r}: use lowercase letters, digits and _")
         self.mixed = mixed
+        self.shards, self.shard_flags = int(shards), str(shard_flags)
         self.directory = Path(directory).expanduser().absolute()
         self.accounting = bool(accounting)
         # slurmdbd's and MariaDB's ports: chosen free at random by `up()` (or kept from the
@@ -546,7 +574,7 @@ class DevCluster:
             (d / "spool" / name).mkdir(exist_ok=True)
             (d / "gpus" / name).mkdir(exist_ok=True)
             for k in range(gpus):
-                (d / "gpus" / name / f"gpu{k}").touch()
+                _fake_gpu(d / "gpus" / name / f"gpu{k}", device=bool(self.shards))
         lua = d / "job_submit.lua"
         if self.job_submit_lua:
             if not self.job_submit_lua.is_file():
@@ -563,7 +591,7 @@ class DevCluster:
                 _write_atomic(password, secrets.token_hex(16), mode=0o600)
             _write_atomic(self.slurmdbd_conf, render_slurmdbd_conf(
                 d, self.dbd_port, self.db_port, password.read_text().strip()), mode=0o600)
-        _write_atomic(d / "gres.conf", render_gres_conf(d, self.types))
+        _write_atomic(d / "gres.conf", render_gres_conf(d, self.types, self.shards, self.shard_flags))
         cgroup = render_cgroup_conf(version)
         if cgroup:
             _write_atomic(d / "cgroup.conf", cgroup)
@@ -580,7 +608,8 @@ class DevCluster:
     def _render_slurm_conf(self) -> str:
         return render_slurm_conf(self.directory, self.types, self.ctld_port, self.slurmd_port,
                                  bool(self.job_submit_lua), self.requeue_exit_hold,
-                                 self.dbd_port if self.accounting else None, mixed=self.mixed)
+                                 self.dbd_port if self.accounting else None, mixed=self.mixed,
+                                 shards=self.shards)
 
     def _record(self, name: str, pid: int):
         state = self._load_state()

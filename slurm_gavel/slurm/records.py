@@ -84,6 +84,38 @@ def gpu_request(*fields: Any) -> tuple[str | None, int]:
     return None, 0
 
 
+_SHARD_REQUEST = re.compile(r"(?:^|,)(?:gres[:/])?shard(?::[A-Za-z0-9_.\-]+)?[:=](\d+)")
+_IDX = re.compile(r"\(IDX:([0-9,\-]+)\)")
+
+
+def shard_request(value: Any) -> int:
+    """Shards per node from a tres_per_node string (gres:shard:4, gres/shard:4), else 0."""
+    m = _SHARD_REQUEST.search(text(value))
+    return int(m.group(1)) if m else 0
+
+
+_PER_DEVICE = re.compile(r"\(((?:\d+/\d+,)*\d+/\d+)\)")
+
+
+def _gpu_indices(value: Any) -> tuple[str, ...]:
+    """gres_detail -> the device indices (IDX) a running job holds on each node:
+    ['shard:2(IDX:0)'] (22.05) -> ('0',), ['gpu:v100:2(IDX:0-1)'] -> ('0-1',), and 24.11's
+    shards, the job's count on each GPU of the node, ['shard:2(2/4,0/4)'] -> ('0',);
+    '' where unknown."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for entry in value:
+        m = _IDX.search(text(entry))
+        if m:
+            out.append(m.group(1))
+            continue
+        m = _PER_DEVICE.search(text(entry))
+        used = [i for i, part in enumerate(m.group(1).split(",")) if int(part.split("/")[0]) > 0] if m else []
+        out.append(",".join(map(str, used)))
+    return tuple(out)
+
+
 def expand_hostlist(value: str) -> list[str]:
     """'v100-[0-1],k80-3' -> ['v100-0', 'v100-1', 'k80-3'] (Slurm's bracket ranges)."""
     out: list[str] = []
@@ -151,6 +183,10 @@ class SlurmJob:
     # GPUs Slurm gave it on each of `nodes` (running; from gres_detail), () when unknown:
     # a --gpus=6 job on two 4-GPU nodes holds 4+2, not 3+3
     gpus_on_nodes: tuple[int, ...] = ()
+    # gres/shard (space sharing, docs/space-sharing.md): shards per node it asks for (its
+    # one GPU is then `gpus` = 1), and the device index (IDX) it holds on each of `nodes`
+    shards: int = 0
+    gpu_indices: tuple[str, ...] = ()
 
     @property
     def primary_state(self) -> str:
@@ -214,6 +250,7 @@ class SlurmNode:
     memory: float | None = None          # MB (real_memory)
     cpus: int | None = None
     features: tuple[str, ...] = ()       # active features
+    shards: int = 0                      # gres/shard of the node (all its GPUs together)
 
     @property
     def usable(self) -> bool:
@@ -302,6 +339,9 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
         on_nodes = _gres_detail(j.get("gres_detail"), len(expand_hostlist(text(j.get("nodes")))))
         if not gpus and on_nodes and not per_job:
             gpus = max(on_nodes)
+        shards = shard_request(j.get("tres_per_node"))
+        if shards and not gpus and not per_job:
+            gpus = 1                  # a job's shards sit on one GPU of its node
         if not gpus:
             # --gpus=N alone: N over its nodes (as Slurm spreads it); else what it was given
             gpu_type, gpus = (job_type, -(-per_job // node_count)) if per_job else \
@@ -333,7 +373,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             required_nodes=_names(j.get("required_nodes")),
             excluded_nodes=_names(j.get("excluded_nodes")),
             slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
-            gpus_on_nodes=on_nodes)
+            gpus_on_nodes=on_nodes, shards=shards,
+            gpu_indices=_gpu_indices(j.get("gres_detail")))
         jobs.extend(_array_tasks(job, j))
     return jobs
 
@@ -380,6 +421,15 @@ def _node_gres(value: Any) -> tuple[str | None, int]:
     return None, 0
 
 
+def _node_shards(value: Any) -> int:
+    """'gpu:v100:4,shard:v100:16' or 'gpu:v100:4(S:0),shard:16(S:0)' -> 16."""
+    for part in text(value).split(","):
+        m = re.match(r"^shard(?::[A-Za-z0-9_.\-]+)?:(\d+)", part.strip())
+        if m:
+            return int(m.group(1))
+    return 0
+
+
 def parse_nodes(data: dict) -> list[SlurmNode]:
     nodes = []
     for n in data.get("nodes") or []:
@@ -395,7 +445,8 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
                                state=states(n.get("state")) + states(n.get("state_flags")),
                                partitions=tuple(parts), gpu_type=gpu_type, gpus=gpus,
                                memory=_positive(n.get("real_memory")),
-                               cpus=int(cpus) if cpus else None, features=_names(features)))
+                               cpus=int(cpus) if cpus else None, features=_names(features),
+                               shards=_node_shards(n.get("gres"))))
     return nodes
 
 

@@ -1,0 +1,186 @@
+"""Space sharing on Slurm (docs/space-sharing.md): the pair rows' part of `SlurmBackend`.
+
+A pair row is two one-GPU gavel jobs on one GPU of one node.  Both ask gres/shard
+(job_submit.lua stores a one-GPU job as a whole GPU's shards); for a pair each gets
+half of them in its start's `scontrol update`, and Slurm puts both halves on one
+GPU (first fit).  This mixin owns what that needs beyond a plain start: which
+shard count a start asks, why a pair cannot run here, the pairs the backend runs
+(`_pairs`: job -> its row), their usage as pair rows, pairs found running after a
+restart, and the per-poll check of which jobs hold each GPU (gres_detail IDX).
+`SlurmBackend` calls these from its poll, observe and execute.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..core.backend import Usage
+from ..core.mechanism import Assignment
+
+log = logging.getLogger("slurm_gavel.slurm")
+
+
+def _id_order(job_id: str) -> tuple[int, int]:
+    """35 -> (35, -1), array task 35_2 -> (35, 2): submission order, then task order."""
+    head, _, task = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1)
+
+
+class SpaceSharing:
+    """The pair rows of a `SlurmBackend` (which sets every attribute used here)."""
+
+    def shards_per_gpu(self, node: str) -> int:
+        """gres/shard per GPU of `node` (slurm.conf Gres=gpu:4,shard:16 -> 4); 0: none."""
+        if self._shards_of is None or self._shards_of[0] is not self._nodes:
+            self._shards_of = (self._nodes, {n.name: n.shards // n.gpus if n.gpus else 0
+                                             for n in self._nodes})
+        return self._shards_of[1].get(node, 0)
+
+    def _partner(self, job: str) -> str | None:
+        a = self._pairs.get(job)
+        return next((m for m in a.jobs if m != job), None) if a is not None else None
+
+    def _shards_wanted(self, job: str, a: Assignment) -> int:
+        """The shards a shard job asks for this start: its GPU's all (alone), or half of
+        them (in a pair; the first job of the row takes the odd one); 0: not a shard job."""
+        j = self._jobs.get(job)
+        if j is None or not j.shards or len(a.servers) != 1:
+            return 0
+        per = self.shards_per_gpu(a.servers[0][0])
+        if len(a.jobs) == 1:
+            return per
+        return per - per // 2 if a.jobs.index(job) == 0 else per // 2
+
+    def _pair_problem(self, a: Assignment) -> str:
+        """Why Slurm cannot run this pair row as planned, in words; '' if it can."""
+        if len(a.jobs) != 2 or len(a.servers) != 1 or a.gpus != 1:
+            return ("only pairs of one-GPU jobs on one node share a GPU here (Slurm puts a "
+                    "job's shards on one GPU)")
+        node = a.servers[0][0]
+        if self.shards_per_gpu(node) < 2:
+            return (f"node {node} has no gres/shard (slurm.conf Gres=gpu:N,shard:M and gres.conf "
+                    "Name=shard lines, docs/space-sharing.md)")
+        whole = [job for job in a.jobs if job not in self._jobs or not self._jobs[job].shards]
+        if whole:
+            return (f"job {','.join(whole)} asks a whole GPU, not shards (set GAVEL_SHARDS_PER_GPU "
+                    "in job_submit.lua; jobs submitted before keep their request)")
+        return ""
+
+    def _warn_pair(self, round_number: int | None, a: Assignment, why: str) -> None:
+        """A pair that cannot start is said once per reason (then at debug level)."""
+        where = f"round {round_number}: " if round_number is not None else ""
+        if why in self._pair_warned:
+            log.debug("%spair %s not started: %s", where, "+".join(a.jobs), why)
+            return
+        if len(self._pair_warned) > 10000:
+            self._pair_warned.clear()                 # bounded: a reason may be said again
+        self._pair_warned.add(why)
+        log.warning("%spair %s not started (space sharing): %s", where, "+".join(a.jobs), why)
+        for job in a.jobs:
+            self.on_event("pair_refused", job, why)
+
+    def _adopt_pairs(self) -> None:
+        """Two running gavel jobs holding half of one GPU's shards each are a pair (one a
+        previous run of the daemon started): reported as its row, stopped together."""
+        halves: dict[tuple[str, str], list[str]] = {}
+        for job, j in self._jobs.items():
+            if (job in self._running and job not in self._pairs and j.shards and len(j.nodes) == 1
+                    and len(j.gpu_indices) == 1 and j.shards < self.shards_per_gpu(j.nodes[0])):
+                halves.setdefault((j.nodes[0], j.gpu_indices[0]), []).append(job)
+        for (node, idx), jobs in sorted(halves.items()):
+            if len(jobs) == 2:
+                a = Assignment(tuple(sorted(jobs, key=_id_order)), self._running[jobs[0]].worker_type,
+                               ((node, 1),))
+                for m in jobs:
+                    self._pairs[m] = a
+                log.info("jobs %s share GPU %s:%s: running as a pair", "+".join(a.jobs), node, idx)
+
+    def _check_pairs(self) -> None:
+        """Every running gavel job's GPU (node, IDX from gres_detail) is held by its row only:
+        a pair's two jobs on the same GPU, and no third job there.  What Slurm did otherwise
+        (first-fit gave the second job another GPU; 22.05's bug gave a whole-GPU job a GPU
+        that shards use) is logged once, with both GPUs, and recorded as an event."""
+        for job, j in self._jobs.items():
+            if not j.running or not j.gpu_indices:
+                continue
+            row = set(self._pairs[job].jobs) if job in self._pairs else {job}
+            partner = self._partner(job)
+            if partner is not None and partner in self._jobs and self._jobs[partner].running:
+                p = self._jobs[partner]
+                mine = list(zip(j.nodes, j.gpu_indices))
+                theirs = list(zip(p.nodes, p.gpu_indices))
+                if mine != theirs and all(i for _, i in mine + theirs):
+                    self._alarm(("split", job, partner), f"pair {job}+{partner} does not share a "
+                                f"GPU: Slurm gave {job} {_gpus(mine)} and {partner} {_gpus(theirs)}")
+            for n, idx in zip(j.nodes, j.gpu_indices):
+                others = sorted({o for i in _indices(idx) for o in self._gpu_users.get((n, i), [])} - row)
+                if others:
+                    self._alarm(("shared", job, tuple(others)), f"job {job} shares GPU {n}:{idx} "
+                                f"with job {','.join(others)}, which the plan did not put there")
+
+    def _alarm(self, key: tuple, message: str) -> None:
+        if key in self._pair_alarms:
+            return
+        if len(self._pair_alarms) > 10000:
+            self._pair_alarms.clear()
+        self._pair_alarms.add(key)
+        log.error("%s", message)
+        self.on_event("gpu_shared", key[1], message)
+
+    def space_sharing_problems(self, version: tuple[int, ...]) -> list[str]:
+        """What keeps pairs from running safely on this cluster (said once at daemon start)."""
+        problems = []
+        ours = [n for n in self._nodes if any(p in self.partitions for p in n.partitions)]
+        if not any(n.shards for n in ours):
+            problems.append("no GPU node has gres/shard: pairs are not started (slurm.conf "
+                            "Gres=gpu:N,shard:M, gres.conf Name=shard; docs/space-sharing.md)")
+        if tuple(version[:2]) < (23, 11):
+            shown = ".".join([str(version[0]), *(f"{v:02d}" for v in version[1:2]),
+                              *map(str, version[2:])])                     # 22.05.8
+            problems.append(f"Slurm {shown} may give a whole-GPU job a GPU "
+                            "already used by shards (fixed in 23.11): the daemon checks every poll "
+                            "which jobs hold each GPU and logs any third job on a pair's GPU")
+        return problems
+
+    def _usage_rows(self) -> tuple[Usage, ...]:
+        """What ran since the last observation, per row: a job alone, or a pair for the time
+        both of its jobs ran together (what one of them ran beyond that: alone)."""
+        out = []
+        left = dict(self._usage)
+        for key in sorted(self._usage, key=lambda k: (k[0], k[1], k[2], k[3] or "")):
+            if key not in left:
+                continue
+            job, wt, nodes, partner = key
+            seconds = left.pop(key)
+            if partner is not None:
+                other = left.pop((partner, wt, nodes, job), 0.0)
+                pair = self._pairs.get(job) or Assignment(
+                    tuple(sorted((job, partner), key=_id_order)), wt, tuple((n, 1) for n in nodes))
+                together = min(seconds, other)
+                if together > 0:
+                    out.append(Usage(pair, together))
+                for j_id, alone in ((job, seconds - together), (partner, other - together)):
+                    if alone > 0:
+                        out.append(Usage(self._alone(j_id, wt, nodes), alone))
+                continue
+            out.append(Usage(self._alone(job, wt, nodes), seconds))
+        return tuple(out)
+
+    def _alone(self, job: str, wt: str, nodes: tuple[str, ...]) -> Assignment:
+        j = self._jobs.get(job)
+        return Assignment((job,), wt, tuple((n, j.gpus_on(n) if j is not None else 0) for n in nodes))
+
+
+def _indices(idx: str) -> list[str]:
+    """'0-1,3' -> ['0', '1', '3'] (a gres_detail IDX list)."""
+    out = []
+    for part in idx.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and hi.isdigit():
+            out.extend(str(i) for i in range(int(lo), int(hi) + 1))
+        elif lo.isdigit():
+            out.append(lo)
+    return out
+
+
+def _gpus(where) -> str:
+    return ",".join(f"{n}:{i}" for n, i in where)
