@@ -128,6 +128,23 @@ class _Stuck:
     reason: str                 # Slurm's pending reason when it was taken back
 
 
+@dataclass
+class _RefusedShape:
+    """A start Slurm refused (its `scontrol update` failed: nodes gone, a shape it will not
+    take): these nodes are left out of the job's placement until `until`, so the mechanism
+    plans another shape, or the job waits, instead of asking the same every round."""
+
+    worker_type: str
+    nodes: tuple[str, ...]
+    per_node: int
+    failures: int
+    until: float
+    reason: str                 # Slurm's words (last line)
+
+    def describe(self) -> str:
+        return f"{self.worker_type} {','.join(self.nodes)} ({len(self.nodes)}x{self.per_node} GPUs)"
+
+
 class SlurmBackend:
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
@@ -171,6 +188,9 @@ class SlurmBackend:
         self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
         self._back: dict[str, float] = {}              # node -> when it was first seen usable again
         self._refused: dict[str, dict[str, str]] = {}   # job -> {worker type: Slurm's refusal}
+        # job -> {(worker type, nodes): refusal}: shapes Slurm refused, avoided for a backoff
+        self._bad_shapes: dict[str, dict[tuple[str, tuple[str, ...]], _RefusedShape]] = {}
+        self._notes: dict[str, str] = {}               # job -> why it is planned elsewhere (gqueue)
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -278,6 +298,10 @@ class SlurmBackend:
         self._last_poll = now
         self._settle_lost(now, nodes)
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
+        # a job Slurm runs again starts its refusals afresh
+        self._bad_shapes = {job: r for job, r in self._bad_shapes.items()
+                            if job in gavel and not gavel[job].running}
+        self._notes = {job: n for job, n in self._notes.items() if job in self._bad_shapes}
 
     @staticmethod
     def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -471,6 +495,9 @@ class SlurmBackend:
             if servers is not None:
                 servers = frozenset(n for n in servers if self._type_of.get(n) in allowed)
             placement = replace(placement, worker_types=allowed, servers=servers)
+        placement, avoided = self._avoid_refused(j, placement, now)
+        if avoided:
+            return placement, avoided
         if j.job_id in self._lost:
             names, since = self._lost[j.job_id]
             return placement, (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits "
@@ -553,6 +580,8 @@ class SlurmBackend:
                 out[job_id] = {"state": "W", "gpus": 0, "detail": self._holds[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
+                if job_id in self._notes:
+                    out[job_id]["detail"] = self._notes[job_id]
         return out
 
     def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:
@@ -692,6 +721,8 @@ class SlurmBackend:
                     self._refused.setdefault(job, {})[wt] = self.refusal.strip().splitlines()[-1]
                     log.warning("job %s may not use partition %s (%s): %s is left out of its row",
                                 job, partition, self._refused[job][wt], wt)
+                elif self.refusal is not None:
+                    self._refuse_shape(job, a)
         if ready and not self._act("release", ready, lambda: self.cli.release(ready)) and len(ready) > 1:
             ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]))]
         now = self.clock.now()
@@ -701,6 +732,61 @@ class SlurmBackend:
             j = self._jobs.get(job)
             self._release_restarts[job] = j.restarts if j is not None else 0
         self._planned.clear()
+
+    def _refuse_shape(self, job: str, a: Assignment) -> None:
+        """Slurm refused to start `job` as `a`: avoid those nodes for it for a backoff that
+        doubles with each refusal of the same shape (one round, two, ... MAX_BACKOFF_ROUNDS)."""
+        now = self.clock.now()
+        key = (a.worker_type, a.nodes)
+        shapes = self._bad_shapes.setdefault(job, {})
+        failures = shapes[key].failures + 1 if key in shapes else 1
+        step = self.round_seconds or self.start_timeout
+        delay = step * min(MAX_BACKOFF_ROUNDS, 2 ** (failures - 1))
+        words = (self.refusal or "").strip().splitlines()
+        reason = (words[-1] if words else "refused")[:200]
+        per = a.gpus // max(1, len(a.servers))
+        shapes[key] = _RefusedShape(a.worker_type, a.nodes, per, failures, now + delay, reason)
+        log.warning("job %s: Slurm refused to start it on %s (%s): those nodes are avoided for "
+                    "%.0f s", job, shapes[key].describe(), reason, delay)
+        self.on_event("refused", job, f"Slurm refused {shapes[key].describe()}: {reason}; "
+                                      f"avoided for {delay:.0f} s")
+
+    def _avoid_refused(self, j: SlurmJob, placement: Placement, now: float) -> tuple[Placement, str]:
+        """The placement without the nodes of the job's refused shapes (while their backoff
+        lasts), and a hold reason if no node left can hold the job at all."""
+        self._notes.pop(j.job_id, None)
+        active = [r for r in self._bad_shapes.get(j.job_id, {}).values() if now < r.until]
+        if not active:
+            return placement, ""
+        avoid = {n for r in active for n in r.nodes}
+        types = placement.worker_types or frozenset(self.worker_types)
+        names = [n.name for n in self._nodes if n.usable and self._type_of.get(n.name) in types
+                 and (placement.servers is None or n.name in placement.servers)]
+        left = frozenset(n for n in names if n not in avoid)
+        last = max(active, key=lambda r: r.until)
+        said = (f"Slurm refused to start it on {last.describe()}: {last.reason}; not asked again "
+                f"for {self._rounds(last.until - now)}")
+        placement = replace(placement, servers=left)
+        if not self._could_hold(j, left):
+            return placement, said
+        self._notes[j.job_id] = said + ", planned elsewhere"
+        return placement, ""
+
+    def _could_hold(self, j: SlurmJob, names: frozenset[str]) -> bool:
+        """Whether these nodes (whole, free or not) can ever hold the job in the shapes Slurm
+        gives it: one node, or (distributed) equal parts on nodes of one type."""
+        size = self._held_gpus(j, None)
+        by_type: dict[str, list[int]] = {}
+        for n in self._nodes:
+            if n.name in names:
+                by_type.setdefault(self._type_of.get(n.name), []).append(n.gpus)
+        for gpus in by_type.values():
+            if any(g >= size for g in gpus):
+                return True
+            if j.reshapeable and any(size % k == 0 and sum(g >= size // k for g in gpus) >= k
+                                     for k in range(2, size + 1)):
+                return True
+        return False
 
     def _ran_since_release(self, j: SlurmJob) -> bool:
         """It started after this daemon released it (and was requeued since): its restart
