@@ -59,6 +59,29 @@ def _hosts(cluster, nodelist: str) -> list[str]:
     return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 
 
+def _gqueue_shapes(db, shown: dict[str, set]) -> None:
+    """Add (type, nodes, GPUs per node, SHAPE cell) of every job gqueue shows running."""
+    if not db.exists():
+        return
+    from slurm_gavel.slurm.queue import DEFAULT_FORMAT, rows, table
+    from slurm_gavel.slurm.store import SqliteStore
+    store = SqliteStore(db, readonly=True)
+    try:
+        data, worker_types = rows(store)
+    except sqlite3.Error:
+        return                     # the daemon is writing its first rows
+    finally:
+        store.close()
+    lines = table(data, worker_types, DEFAULT_FORMAT).splitlines()
+    column = lines[0].split().index("SHAPE")
+    cells = {line.split()[0]: line.split()[column] for line in lines[1:]}
+    for row in data:
+        job, shape = row["jobid"], row["shape"]
+        if job in shown and row["st"] == "R" and shape:
+            assert shape["nodes"] == len(shape["node_list"]), shape
+            shown[job].add((shape["worker_type"], shape["nodes"], shape["gpus_per_node"], cells[job]))
+
+
 def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(clean, tmp_path):
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1, grace_seconds=10)
@@ -80,6 +103,7 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
              for i in range(10)}
     jobs = {**wide, **small}               # 26 GPUs asked of 24: they take turns
     seen: dict[str, set] = {j: set() for j in wide}       # shapes squeue showed running
+    shown: dict[str, set] = {j: set() for j in wide}      # shapes gqueue showed running
     daemon = start_daemon(config)
     try:
         deadline = time.time() + 420
@@ -89,6 +113,7 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
                 job, partition, count, nodelist, per_node = line.split()
                 if job in seen:
                     seen[job].add((partition, int(count), per_node))
+            _gqueue_shapes(tmp_path / "gavel.db", shown)
             left = [j for j, s in queue(cluster).items() if j in jobs and s != "COMPLETED"]
             if not left:
                 break
@@ -145,4 +170,11 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
     spread = [j for j, total in wide.items() if total == 4
               and any(count == 2 and per.endswith(":2") for _, count, per in seen[j])]
     assert reshaped >= 1 or spread, f"no 4-GPU job ran spread as 2x2: {seen}"
+    # gqueue showed each distributed job's shape while it ran (SHAPE column, --json "shape"),
+    # and only shapes Slurm ran it in
+    for job, shapes in shown.items():
+        assert shapes, f"gqueue never showed the shape of {job} running"
+        ran = {(p, c, int(per.rsplit(":", 1)[1])) for p, c, per in seen[job]}
+        assert {(wt, n, g) for wt, n, g, _ in shapes} <= ran, (job, shapes, ran)
+        assert all(cell == f"{n}x{g}" for _, n, g, cell in shapes), (job, shapes)
     print(f"distributed: reshaped={reshaped} moved={moved} preempted={preempted} seen={seen}")
