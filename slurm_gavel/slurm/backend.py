@@ -708,8 +708,9 @@ class SlurmBackend:
                     # as their whole GPUs (_held_gpus), but Slurm checks the total
                     per = max(1, j.total_gpus // len(a.servers))
                     what = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
-                    action = (lambda job=job, p=partition, n=a.nodes, per=per:
-                              self.cli.reshape(job, p, n, per))
+                    tasks = j.tasks_per_node(per)
+                    action = (lambda job=job, p=partition, n=a.nodes, per=per, tasks=tasks:
+                              self.cli.reshape(job, p, n, per, tasks))
                 else:
                     what = f"start on {partition} {nodes}"
                     action = (lambda job=job, p=partition, n=nodes:

@@ -151,6 +151,13 @@ class SlurmJob:
     # GPUs Slurm gave it on each of `nodes` (running; from gres_detail), () when unknown:
     # a --gpus=6 job on two 4-GPU nodes holds 4+2, not 3+3
     gpus_on_nodes: tuple[int, ...] = ()
+    # --ntasks-per-gpu (squeue's tasks_per_tres; 24.11 lists it, 22.05's JSON does not: 0)
+    tasks_per_gpu: int = 0
+
+    def tasks_per_node(self, gpus_per_node: int) -> int | None:
+        """Tasks on each node when run with `gpus_per_node` GPUs there (--ntasks-per-gpu);
+        None: the job does not tie its tasks to its GPUs (or Slurm did not say)."""
+        return gpus_per_node * self.tasks_per_gpu if self.tasks_per_gpu > 0 else None
 
     @property
     def primary_state(self) -> str:
@@ -333,7 +340,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             required_nodes=_names(j.get("required_nodes")),
             excluded_nodes=_names(j.get("excluded_nodes")),
             slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
-            gpus_on_nodes=on_nodes)
+            gpus_on_nodes=on_nodes, tasks_per_gpu=int(number(j.get("tasks_per_tres"), 0) or 0))
         jobs.extend(_array_tasks(job, j))
     return jobs
 
