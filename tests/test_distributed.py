@@ -45,6 +45,9 @@ def clean(slurm_cluster):
     slurm_cluster.run(["scancel", "--user", "root"], check=False)
 
 
+BLOCK_SECONDS = 150
+
+
 def _submit(cluster, tmp, model, steps, request):
     script = tmp / "job.sh"
     script.write_text(JOB)
@@ -85,11 +88,12 @@ def _gqueue_shapes(db, shown: dict[str, set]) -> None:
 def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(clean, tmp_path):
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1, grace_seconds=10)
-    # Other users' jobs hold 2 GPUs of every node for the first ~25 s: a 4-GPU job can
-    # then only run as 2x2; later, alone on a node, as 1x4.
-    for node in cluster.nodes:
-        cluster.run(["sbatch", "-o", "/dev/null", "-p", node.split("-")[0], "-w", node,
-                     "--gres=gpu:2", "--wrap=sleep 25"])
+    # Other users' jobs hold 2 GPUs of every node until a 4-GPU job has run as 2x2 (at
+    # most BLOCK_SECONDS): it can then only run so; later, alone on a node, as 1x4.  (They
+    # used to sleep 25 s: on a loaded machine the daemon's first plan came after that.)
+    blockers = [cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", node.split("-")[0],
+                             "-w", node, "--gres=gpu:2", "--wrap=sleep 300"]).stdout.strip().split(";")[0]
+                for node in cluster.nodes]
     # the daemon's first round must see them running (else it plans their GPUs, they take
     # them anyway, and no 2x2 shape is ever needed)
     wait_until = time.time() + 30
@@ -106,13 +110,18 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
     shown: dict[str, set] = {j: set() for j in wide}      # shapes gqueue showed running
     daemon = start_daemon(config)
     try:
-        deadline = time.time() + 420
+        began = time.time()
+        deadline = began + 420
         while time.time() < deadline:
             out = cluster.run(["squeue", "-h", "-t", "R", "-o", "%i %P %D %N %b"]).stdout
             for line in out.splitlines():
                 job, partition, count, nodelist, per_node = line.split()
                 if job in seen:
                     seen[job].add((partition, int(count), per_node))
+            if blockers and (time.time() - began > BLOCK_SECONDS or any(
+                    count == 2 for j, total in wide.items() if total == 4 for _, count, _ in seen[j])):
+                cluster.run(["scancel", *blockers])
+                blockers = []
             _gqueue_shapes(tmp_path / "gavel.db", shown)
             left = [j for j, s in queue(cluster).items() if j in jobs and s != "COMPLETED"]
             if not left:
