@@ -480,6 +480,12 @@ local function untype_gpus(spec)
         if prefix == nil then
             prefix, rest = "", item
         end
+        -- 24.11 spells tres_per_task as TRES: "gres/gpu=1", "cpu=2,gres/gpu:v100=1"
+        local sep = ":"
+        local body, count = string.match(rest, "^(gpu[^=]*)=([0-9]+)$")
+        if body ~= nil then
+            rest, sep = body .. ":" .. count, "="
+        end
         if rest == "gpu" or string.sub(rest, 1, 4) == "gpu:" then
             -- gpu | gpu:N | gpu:TYPE | gpu:TYPE:N  (no count means 1)
             local fields = {}
@@ -493,7 +499,7 @@ local function untype_gpus(spec)
                 gpus = gpus + 1
             end
             if first_gpu == nil then
-                table.insert(items, prefix .. "gpu:")   -- count filled in below
+                table.insert(items, prefix .. "gpu" .. sep)   -- count filled in below
                 first_gpu = #items
             end
         else

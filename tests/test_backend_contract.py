@@ -461,6 +461,51 @@ def test_a_distributed_job_runs_spread_holds_its_gpus_on_each_server_and_moves_c
     assert h.starts(job) == 2
 
 
+def _on_servers(a: Assignment):
+    """Really running as `a`: usage since the previous observation on exactly its servers."""
+    def holds(obs):
+        return running_on(obs, a.jobs[0]) == [a] and any(
+            u.seconds > 0 and sorted(u.assignment.servers) == sorted(a.servers)
+            for u in obs.usage if u.assignment.jobs == a.jobs)
+    return holds
+
+
+def test_a_two_node_job_is_reshaped_in_one_plan_onto_a_node_it_just_left(harness):
+    """Issue 13: an 8-GPU job 2x4 on v100, then in one plan (preempt and start, as the
+    mechanism plans a move) 2x4 on p100; a 4-GPU job 1x4 on a k80 node, then in one plan 2x2
+    on that node and the other (Slurm: the start waits for the stop, and for slurmd to let
+    go of the job's credential on the node it is restarted on)."""
+    h = harness
+    wide, four = h.submit(8, distributed=True), h.submit(4, distributed=True)
+    obs = submitted(h, four)
+    v = [server_of(obs, "v100", i).name for i in (0, 1)]
+    p = [server_of(obs, "p100", i).name for i in (0, 1)]
+    k = [server_of(obs, "k80", i).name for i in (0, 1)]
+    a8 = Assignment((wide,), "v100", ((v[0], 4), (v[1], 4)))
+    a4 = Assignment((four,), "k80", ((k[0], 4),))
+    h.execute(plan(0, start=[a8, a4]))
+    obs = h.observe_until(lambda o: _on_servers(a8)(o) and _on_servers(a4)(o), "both jobs running")
+    assert free(obs)[v[0]] == free(obs)[v[1]] == free(obs)[k[0]] == 0
+    assert state(obs, wide).scale_factor == 8 and h.starts(wide) == 1 and h.starts(four) == 1
+    mark = len(h.history)
+    b8 = Assignment((wide,), "p100", ((p[0], 4), (p[1], 4)))
+    b4 = Assignment((four,), "k80", ((k[0], 2), (k[1], 2)))
+    h.execute(plan(1, start=[b8, b4], preempt=[wide, four]))
+    h.observe_until(lambda o: _on_servers(b8)(o) and _on_servers(b4)(o), "both jobs reshaped")
+    obs = h.observe_until(lambda o: running_on(o, wide) == [b8] and used(o, wide, "v100") == 0
+                          and used(o, four) > 0, "the old runs' usage credited")
+    f = free(obs)
+    assert (f[v[0]], f[v[1]], f[p[0]], f[p[1]]) == (4, 4, 0, 0)
+    assert (f[k[0]], f[k[1]]) == (2, 2)
+    for o in h.history[mark:]:
+        assert {wide, four} <= set(ids(o)) and o.departures == ()
+        for u in o.usage:       # never any other shape than the two planned for each
+            if u.assignment.jobs == (four,) and u.seconds > 0:
+                assert sorted(u.assignment.servers) in (sorted(a4.servers), sorted(b4.servers)), u
+    assert usage_since(h, mark, wide, "v100") <= h.stop_seconds + h.tolerance
+    assert h.starts(wide) == 2 and h.starts(four) == 2
+
+
 def test_a_move_in_one_plan_stops_the_job_then_starts_it_on_the_new_type(harness):
     """What the mechanism plans for a move: the job in `preempt` and in `start` of one plan."""
     h = harness

@@ -45,6 +45,9 @@ def clean(slurm_cluster):
     slurm_cluster.run(["scancel", "--user", "root"], check=False)
 
 
+BLOCK_SECONDS = 150
+
+
 def _submit(cluster, tmp, model, steps, request):
     script = tmp / "job.sh"
     script.write_text(JOB)
@@ -59,14 +62,38 @@ def _hosts(cluster, nodelist: str) -> list[str]:
     return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 
 
+def _gqueue_shapes(db, shown: dict[str, set]) -> None:
+    """Add (type, nodes, GPUs per node, SHAPE cell) of every job gqueue shows running."""
+    if not db.exists():
+        return
+    from slurm_gavel.slurm.queue import DEFAULT_FORMAT, rows, table
+    from slurm_gavel.slurm.store import SqliteStore
+    store = SqliteStore(db, readonly=True)
+    try:
+        data, worker_types = rows(store)
+    except sqlite3.Error:
+        return                     # the daemon is writing its first rows
+    finally:
+        store.close()
+    lines = table(data, worker_types, DEFAULT_FORMAT).splitlines()
+    column = lines[0].split().index("SHAPE")
+    cells = {line.split()[0]: line.split()[column] for line in lines[1:]}
+    for row in data:
+        job, shape = row["jobid"], row["shape"]
+        if job in shown and row["st"] == "R" and shape:
+            assert shape["nodes"] == len(shape["node_list"]), shape
+            shown[job].add((shape["worker_type"], shape["nodes"], shape["gpus_per_node"], cells[job]))
+
+
 def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(clean, tmp_path):
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1, grace_seconds=10)
-    # Other users' jobs hold 2 GPUs of every node for the first ~25 s: a 4-GPU job can
-    # then only run as 2x2; later, alone on a node, as 1x4.
-    for node in cluster.nodes:
-        cluster.run(["sbatch", "-o", "/dev/null", "-p", node.split("-")[0], "-w", node,
-                     "--gres=gpu:2", "--wrap=sleep 25"])
+    # Other users' jobs hold 2 GPUs of every node until a 4-GPU job has run as 2x2 (at
+    # most BLOCK_SECONDS): it can then only run so; later, alone on a node, as 1x4.  (They
+    # used to sleep 25 s: on a loaded machine the daemon's first plan came after that.)
+    blockers = [cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", node.split("-")[0],
+                             "-w", node, "--gres=gpu:2", "--wrap=sleep 300"]).stdout.strip().split(";")[0]
+                for node in cluster.nodes]
     # the daemon's first round must see them running (else it plans their GPUs, they take
     # them anyway, and no 2x2 shape is ever needed)
     wait_until = time.time() + 30
@@ -80,15 +107,22 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
              for i in range(10)}
     jobs = {**wide, **small}               # 26 GPUs asked of 24: they take turns
     seen: dict[str, set] = {j: set() for j in wide}       # shapes squeue showed running
+    shown: dict[str, set] = {j: set() for j in wide}      # shapes gqueue showed running
     daemon = start_daemon(config)
     try:
-        deadline = time.time() + 420
+        began = time.time()
+        deadline = began + 420
         while time.time() < deadline:
             out = cluster.run(["squeue", "-h", "-t", "R", "-o", "%i %P %D %N %b"]).stdout
             for line in out.splitlines():
                 job, partition, count, nodelist, per_node = line.split()
                 if job in seen:
                     seen[job].add((partition, int(count), per_node))
+            if blockers and (time.time() - began > BLOCK_SECONDS or any(
+                    count == 2 for j, total in wide.items() if total == 4 for _, count, _ in seen[j])):
+                cluster.run(["scancel", *blockers])
+                blockers = []
+            _gqueue_shapes(tmp_path / "gavel.db", shown)
             left = [j for j, s in queue(cluster).items() if j in jobs and s != "COMPLETED"]
             if not left:
                 break
@@ -108,7 +142,10 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
     reshaped = moved = preempted = 0
     for job, total in jobs.items():
         out = (tmp_path / f"out-{job}.txt").read_text()
-        assert "done at " in out.splitlines()[-1], out
+        # (a signal that reaches a job as it finishes adds slurmstepd's "failed signal 12 ...
+        # No such process" after its last line: seen once; not the job's own output)
+        own = [line for line in out.splitlines() if not line.startswith("slurmstepd")]
+        assert "done at " in own[-1], out
         starts = re.findall(r"start restart=(\d+) step=(\d+) partition=(\S+) nodes=(\S+) count=(\d+) "
                             r"per_node=(\d*)", out)
         assert [int(s[0]) for s in starts] == list(range(len(starts))), out
@@ -145,4 +182,11 @@ def test_distributed_jobs_start_move_reshape_and_finish_next_to_one_gpu_jobs(cle
     spread = [j for j, total in wide.items() if total == 4
               and any(count == 2 and per.endswith(":2") for _, count, per in seen[j])]
     assert reshaped >= 1 or spread, f"no 4-GPU job ran spread as 2x2: {seen}"
+    # gqueue showed each distributed job's shape while it ran (SHAPE column, --json "shape"),
+    # and only shapes Slurm ran it in
+    for job, shapes in shown.items():
+        assert shapes, f"gqueue never showed the shape of {job} running"
+        ran = {(p, c, int(per.rsplit(":", 1)[1])) for p, c, per in seen[job]}
+        assert {(wt, n, g) for wt, n, g, _ in shapes} <= ran, (job, shapes, ran)
+        assert all(cell == f"{n}x{g}" for _, n, g, cell in shapes), (job, shapes)
     print(f"distributed: reshaped={reshaped} moved={moved} preempted={preempted} seen={seen}")

@@ -21,6 +21,7 @@ import pytest
 from torch_support import import_torch
 
 from slurm_gavel.slurm.commands import SlurmCLI
+from slurm_gavel.slurm.records import parse_jobs
 
 torch = import_torch()
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,10 @@ def test_the_distributed_template_resumes_on_another_shape_with_the_same_result(
     cli = SlurmCLI(env=cluster.env)
     progress = tmp_path / ".gavel" / f"{job}.jsonl"
 
-    cli.reshape(job, "k80", ["k80-0", "k80-1"], 2)          # run 1: 2 nodes x 2 GPUs
+    # as the backend does: TasksPerNode too when Slurm says the job runs a task per GPU
+    record = next(j for j in parse_jobs(cli.squeue()) if j.job_id == job)
+    assert record.tasks_per_gpu in (0, 1), record       # 22.05's JSON does not say (0)
+    cli.reshape(job, "k80", ["k80-0", "k80-1"], 2, record.tasks_per_node(2))   # run 1: 2 nodes x 2 GPUs
     cli.release([job])
     shape1 = _wait("run 1", lambda: cluster.run(["squeue", "-h", "-j", job, "-t", "R",
                                                  "-o", "%P %D %N %b"]).stdout.strip())
@@ -98,7 +102,7 @@ def test_the_distributed_template_resumes_on_another_shape_with_the_same_result(
     stopped = _steps(progress)
     assert 5 <= stopped < STEPS
 
-    cli.reshape(job, "v100", ["v100-1"], 4)                  # run 2: 1 node x 4 GPUs
+    cli.reshape(job, "v100", ["v100-1"], 4, record.tasks_per_node(4))           # run 2: 1 node x 4 GPUs
     cli.release([job])
     shape2 = _wait("run 2", lambda: cluster.run(["squeue", "-h", "-j", job, "-t", "R",
                                                  "-o", "%P %D %N %b"]).stdout.strip()

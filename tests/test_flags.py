@@ -723,6 +723,20 @@ def test_lua_untypes_gpu_request(lua, field, value, rewritten):
     assert other == {"rc": "SUCCESS", "messages": [], "writes": {}}   # untouched, even typed
 
 
+@pytest.mark.parametrize("field,value", [
+    ("tres_per_task", "gres:gpu:1"),              # 22.05: -n 2 --gpus-per-task=1
+    ("tres_per_task", "gres/gpu=1"),              # 24.11 spells it as TRES (seen in slurmctld)
+    ("tres_per_task", "cpu=2,gres/gpu=1"),        # 24.11 with -c 2
+    ("tres_per_task", "cpu=2,gres/gpu:v100=1"),
+    ("tres_per_socket", "gres/gpu:1"),
+])
+def test_lua_refuses_gpus_per_task_or_socket_in_either_spelling(lua, field, value):
+    (out,) = run_driver(lua, ["unset:tres_per_node", f"set:{field}={value}", "set:account=acct",
+                              "submit:gavel model=resnet50"])
+    assert out["rc"] == "ERROR" and out["messages"][0].startswith(
+        "gavel flags: GPUs per task or per socket cannot be reshaped"), out
+
+
 NO_GPU = ("gavel flags: no GPU requested: a gavel job needs GPUs, e.g. --gres=gpu:1 "
           "(the scheduler picks the GPU type)")
 

@@ -119,3 +119,39 @@ def test_gqueue_shows_what_slurm_runs_not_what_was_planned(tmp_path, capsys):
     assert main(["--db", str(db), "--cluster", "--json"]) == 0
     per_type = {r["worker_type"]: r for r in json.loads(capsys.readouterr().out)}
     assert per_type[wt]["busy"] == 1 and sum(r["busy"] for r in per_type.values()) == 1
+
+
+def test_gqueue_shows_a_spread_jobs_shape(tmp_path, capsys):
+    """A distributed job's nodes x GPUs per node (SHAPE, and `shape` in --json), as the
+    engine placed it: an 8-GPU job on servers of 4 GPUs runs 2x4, a 1-GPU job 1x1."""
+    from slurm_gavel.core.clock import SimulatedClock
+    from slurm_gavel.core.engine import Engine
+    from slurm_gavel.core.recompute import Immediate
+    from slurm_gavel.estimator.table import TableThroughputs, ThroughputTable
+    from slurm_gavel.policies import make_policy
+    from slurm_gavel.sim.simulator import SimulatedCluster
+    from slurm_gavel.sim.workloads import TraceJob
+    from slurm_gavel.slurm.store import SqliteStore
+    table = ThroughputTable.from_gavel_dict(
+        {"v100": {f"('convnet', {sf})": {"null": 1.0} for sf in (1, 8)}})
+    clock = SimulatedClock(1000.0)
+    trace = [TraceJob("convnet", "", "", "", False, 10 ** 6, gpus, arrival_time=1000.0) for gpus in (8, 1)]
+    backend = SimulatedCluster(trace, table, {"v100": 12}, clock, gpus_per_node=4)
+    db = tmp_path / "state.db"
+    store = SqliteStore(db)
+    engine = Engine(clock, backend, Immediate(make_policy("max_min_fairness")), TableThroughputs(table), store)
+    for _ in range(3):
+        engine.step()
+    store.status(engine.round - 1, clock.now(), engine.explain())
+    assert main(["--db", str(db), "--json"]) == 0
+    jobs = {j["jobid"]: j for j in strict_json(capsys.readouterr().out)["jobs"]}
+    assert jobs["0"]["shape"]["nodes"] == 2 and jobs["0"]["shape"]["gpus_per_node"] == 4, jobs["0"]
+    assert jobs["0"]["shape"]["worker_type"] == "v100" and len(jobs["0"]["shape"]["node_list"]) == 2
+    assert jobs["1"]["shape"]["nodes"] == 1 and jobs["1"]["shape"]["gpus_per_node"] == 1
+    assert main(["--db", str(db), "-o", "jobid,type,shape"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOBID", "TYPE", "SHAPE"]
+    assert {tuple(line.split()) for line in lines[1:]} == {("0", "v100", "2x4"), ("1", "v100", "1x1")}
+    assert main(["--db", str(db)]) == 0                 # in the default columns, after TYPE
+    head = capsys.readouterr().out.splitlines()[0].split()
+    assert head[4:6] == ["TYPE", "SHAPE"]

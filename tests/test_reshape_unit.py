@@ -30,10 +30,11 @@ class ShapeCLI(ReplayCLI):
         super().update(ids, **fields)
         self.updates.append((tuple(ids), fields))
 
-    def reshape(self, job, partition, nodes, gpus_per_node):
+    def reshape(self, job, partition, nodes, gpus_per_node, tasks_per_node=None):
         # SlurmCLI.reshape's arguments, recorded through update
+        tasks = {"TasksPerNode": str(tasks_per_node)} if tasks_per_node else {}
         self.update([job], Partition=partition, NumNodes=f"{len(nodes)}-{len(nodes)}",
-                    NodeList=",".join(nodes), Gres=f"gpu:{gpus_per_node}", StartTime="now")
+                    NodeList=",".join(nodes), Gres=f"gpu:{gpus_per_node}", **tasks, StartTime="now")
 
 
 def _start(backend, *servers):
@@ -51,6 +52,22 @@ def test_a_distributed_job_is_planned_spread_in_equal_parts_and_started_in_that_
     assert cli.updates == [(("5",), {"Partition": "p100", "NumNodes": "2-2", "NodeList": "p100-0,p100-1",
                                      "Gres": "gpu:4", "StartTime": "now"})]
     assert cli.actions[-1] == ("release", ("5",))
+
+
+def test_a_task_per_gpu_job_gets_its_tasks_per_node_with_its_shape():
+    """24.11 lists --ntasks-per-gpu as tasks_per_tres (a number object) and, without
+    TasksPerNode=, runs a reshaped job with one task per node (verified on 24.11.5)."""
+    cli = ShapeCLI(4)
+    cli.job["tasks_per_tres"] = {"set": True, "infinite": False, "number": 1}
+    backend = SlurmBackend(cli, SimulatedClock(1000.0))
+    backend.observe()
+    _start(backend, ("p100-0", 2), ("p100-1", 2))
+    assert cli.updates[-1][1]["TasksPerNode"] == "2" and cli.updates[-1][1]["Gres"] == "gpu:2"
+    cli.job["tasks_per_tres"] = None                    # 22.05 does not list it
+    backend = SlurmBackend(cli, SimulatedClock(1000.0))
+    backend.observe()
+    _start(backend, ("p100-0", 4),)
+    assert "TasksPerNode" not in cli.updates[-1][1] and cli.updates[-1][1]["NumNodes"] == "1-1"
 
 
 def test_a_plan_slurm_cannot_express_is_not_started():

@@ -146,6 +146,23 @@ class _Stuck:
     reason: str                 # Slurm's pending reason when it was taken back
 
 
+@dataclass
+class _RefusedShape:
+    """A start Slurm refused (its `scontrol update` failed: nodes gone, a shape it will not
+    take): these nodes are left out of the job's placement until `until`, so the mechanism
+    plans another shape, or the job waits, instead of asking the same every round."""
+
+    worker_type: str
+    nodes: tuple[str, ...]
+    per_node: int
+    failures: int
+    until: float
+    reason: str                 # Slurm's words (last line)
+
+    def describe(self) -> str:
+        return f"{self.worker_type} {','.join(self.nodes)} ({len(self.nodes)}x{self.per_node} GPUs)"
+
+
 class SlurmBackend(SpaceSharing):
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
@@ -204,6 +221,9 @@ class SlurmBackend(SpaceSharing):
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
+        # job -> {(worker type, nodes): refusal}: shapes Slurm refused, avoided for a backoff
+        self._bad_shapes: dict[str, dict[tuple[str, tuple[str, ...]], _RefusedShape]] = {}
+        self._notes: dict[str, str] = {}               # job -> why it is planned elsewhere (gqueue)
         self._last_poll: float | None = None
         # A restarted daemon: running time up to here was credited by the last run.
         self._credited_until = credited_until
@@ -333,6 +353,10 @@ class SlurmBackend(SpaceSharing):
                 self._partial.setdefault(n, []).extend(self._gpu_users[(n, i)])
         self._adopt_pairs()
         self._check_pairs()
+        # a job Slurm runs again starts its refusals afresh
+        self._bad_shapes = {job: r for job, r in self._bad_shapes.items()
+                            if job in gavel and not gavel[job].running}
+        self._notes = {job: n for job, n in self._notes.items() if job in self._bad_shapes}
 
     @staticmethod
     def _node_usable(name: str, nodes: Mapping[str, SlurmNode]) -> bool:
@@ -537,6 +561,9 @@ class SlurmBackend(SpaceSharing):
             if servers is not None:
                 servers = frozenset(n for n in servers if self._type_of.get(n) in allowed)
             placement = replace(placement, worker_types=allowed, servers=servers)
+        placement, avoided = self._avoid_refused(j, placement, now)
+        if avoided:
+            return placement, avoided
         if j.job_id in self._lost:
             names, since = self._lost[j.job_id]
             return placement, (f"lost with node {','.join(names)} {now - since:.0f} s ago: waits "
@@ -661,6 +688,8 @@ class SlurmBackend(SpaceSharing):
                 out[job_id] = {"state": "PD", "gpus": 0, "detail": self._taken[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
+                if job_id in self._notes:
+                    out[job_id]["detail"] = self._notes[job_id]
         return out
 
     def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:
@@ -834,8 +863,9 @@ class SlurmBackend(SpaceSharing):
                     # as their whole GPUs (_held_gpus), but Slurm checks the total
                     per = max(1, j.total_gpus // len(a.servers))
                     what = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
-                    action = (lambda job=job, p=partition, n=a.nodes, per=per, x=self._unheld(j):
-                              self.cli.reshape(job, p, n, per, **x))
+                    tasks = j.tasks_per_node(per)
+                    action = (lambda job=job, p=partition, n=a.nodes, per=per, tasks=tasks, x=self._unheld(j):
+                              self.cli.reshape(job, p, n, per, tasks, **x))
                 else:
                     what = f"start on {partition} {nodes}"
                     extra = dict(self._unheld(j))
@@ -855,6 +885,8 @@ class SlurmBackend(SpaceSharing):
                         self._refused.setdefault(job, {})[wt] = why
                     log.warning("job %s may not use partition %s (%s): %s left out of its row",
                                 job, partition, why, ", ".join(left))
+                elif self.refusal is not None:
+                    self._refuse_shape(job, a)
         for job in list(ready):               # a pair starts together or not at all
             a = self._planned[job]
             if len(a.jobs) > 1 and any(m not in ready for m in a.jobs):
@@ -908,6 +940,61 @@ class SlurmBackend(SpaceSharing):
                     self._jobs[job] = replace(self._jobs[job], admin_comment=text)
                     self._shown[job] = text     # a dry run says it once, not every round
         self._shown = {job: t for job, t in self._shown.items() if job in self._jobs}
+
+    def _refuse_shape(self, job: str, a: Assignment) -> None:
+        """Slurm refused to start `job` as `a`: avoid those nodes for it for a backoff that
+        doubles with each refusal of the same shape (one round, two, ... MAX_BACKOFF_ROUNDS)."""
+        now = self.clock.now()
+        key = (a.worker_type, a.nodes)
+        shapes = self._bad_shapes.setdefault(job, {})
+        failures = shapes[key].failures + 1 if key in shapes else 1
+        step = self.round_seconds or self.start_timeout
+        delay = step * min(MAX_BACKOFF_ROUNDS, 2 ** (failures - 1))
+        words = (self.refusal or "").strip().splitlines()
+        reason = (words[-1] if words else "refused")[:200]
+        per = a.gpus // max(1, len(a.servers))
+        shapes[key] = _RefusedShape(a.worker_type, a.nodes, per, failures, now + delay, reason)
+        log.warning("job %s: Slurm refused to start it on %s (%s): those nodes are avoided for "
+                    "%.0f s", job, shapes[key].describe(), reason, delay)
+        self.on_event("refused", job, f"Slurm refused {shapes[key].describe()}: {reason}; "
+                                      f"avoided for {delay:.0f} s")
+
+    def _avoid_refused(self, j: SlurmJob, placement: Placement, now: float) -> tuple[Placement, str]:
+        """The placement without the nodes of the job's refused shapes (while their backoff
+        lasts), and a hold reason if no node left can hold the job at all."""
+        self._notes.pop(j.job_id, None)
+        active = [r for r in self._bad_shapes.get(j.job_id, {}).values() if now < r.until]
+        if not active:
+            return placement, ""
+        avoid = {n for r in active for n in r.nodes}
+        types = placement.worker_types or frozenset(self.worker_types)
+        names = [n.name for n in self._nodes if n.usable and self._type_of.get(n.name) in types
+                 and (placement.servers is None or n.name in placement.servers)]
+        left = frozenset(n for n in names if n not in avoid)
+        last = max(active, key=lambda r: r.until)
+        said = (f"Slurm refused to start it on {last.describe()}: {last.reason}; not asked again "
+                f"for {self._rounds(last.until - now)}")
+        placement = replace(placement, servers=left)
+        if not self._could_hold(j, left):
+            return placement, said
+        self._notes[j.job_id] = said + ", planned elsewhere"
+        return placement, ""
+
+    def _could_hold(self, j: SlurmJob, names: frozenset[str]) -> bool:
+        """Whether these nodes (whole, free or not) can ever hold the job in the shapes Slurm
+        gives it: one node, or (distributed) equal parts on nodes of one type."""
+        size = self._held_gpus(j, None)
+        by_type: dict[str, list[int]] = {}
+        for n in self._nodes:
+            if n.name in names:
+                by_type.setdefault(self._type_of.get(n.name), []).append(n.gpus)
+        for gpus in by_type.values():
+            if any(g >= size for g in gpus):
+                return True
+            if j.reshapeable and any(size % k == 0 and sum(g >= size // k for g in gpus) >= k
+                                     for k in range(2, size + 1)):
+                return True
+        return False
 
     def _ran_since_release(self, j: SlurmJob) -> bool:
         """It started after this daemon released it (and was requeued since): its restart

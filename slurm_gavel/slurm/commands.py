@@ -236,18 +236,22 @@ class SlurmCLI:
                 time.sleep(0.05 * attempt)
 
     def reshape(self, job: str, partition: str, nodes: Sequence[str], gpus_per_node: int,
-                **extra: str) -> None:
+                tasks_per_node: int | None = None, **extra: str) -> None:
         """Give a pending distributed job (GPU total per job) its shape for the next run, in
         one call: partition, exactly these nodes (NumNodes=k-k: ReqNodeList is a must-include
         set, and on 22.05 a bare NumNodes=k keeps the old maximum, which Slurm's GRES check
         refuses) and `gpus_per_node` on each (Gres=gpu:m; Slurm checks total % m == 0).
-        StartTime=now: a requeued job would otherwise wait ~121 s.  `extra`: more fields for
-        the same call (AdminComment without the daemon's hold status)."""
+        StartTime=now: a requeued job would otherwise wait ~121 s.  `tasks_per_node`
+        (a --ntasks-per-gpu job: GPUs per node x tasks per GPU) as TasksPerNode=: 24.11
+        otherwise runs it with one task per node after a change of NumNodes (srun: "More
+        processors requested than permitted"; verified), 22.05 takes it as well.  `extra`:
+        more fields for the same call (AdminComment without the daemon's hold status)."""
         k, per = len(nodes), int(gpus_per_node)
         if k < 1 or per < 1:
             raise InputError("reshape", f"needs nodes and GPUs per node, not {k} x {per}")
+        tasks = {"TasksPerNode": str(int(tasks_per_node))} if tasks_per_node else {}
         self.update([job], Partition=partition, NumNodes=f"{k}-{k}", NodeList=",".join(nodes),
-                    Gres=f"gpu:{per}", StartTime="now", **extra)
+                    Gres=f"gpu:{per}", **tasks, StartTime="now", **extra)
 
     def clear_node_list(self, ids: Iterable[str]) -> None:
         """Drop the node list the daemon pinned on pending jobs (`NodeList=` empties it)."""

@@ -97,8 +97,8 @@ def judge(job: SlurmJob, nodes: Sequence[SlurmNode], partitions: Mapping[str, st
     ours = [n for n in nodes if types_of(n)]
     largest = max((n.gpus for n in ours), default=0)
     if job.gpus > largest:
-        return Verdict(hold=f"needs {job.gpus} GPUs, the largest node has {largest}: "
-                            f"distributed jobs not supported yet")
+        return Verdict(hold=f"needs {job.gpus} GPUs, the largest node has {largest}: ask "
+                            f"--gpus={job.gpus} instead of GPUs per node to be spread over nodes")
     if job.waiting_for_dependency:
         return Verdict(hold=f"waiting for its dependency ({job.dependency or job.reason})")
     fitting: set[str] = set()

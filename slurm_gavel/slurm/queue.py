@@ -27,7 +27,7 @@ from .store import SqliteStore
 
 COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",
-    "share": "SHARE", "time": "TIME", "priority": "PRIORITY", "rounds": "ROUNDS",
+    "shape": "SHAPE", "share": "SHARE", "time": "TIME", "priority": "PRIORITY", "rounds": "ROUNDS",
     "progress": "STEPS", "reason": "REASON",
     # optional (-o): what the policy was told each type runs the job at, and where from
     "throughput": "STEPS/S", "estimate": "ESTIMATE",
@@ -35,7 +35,7 @@ COLUMNS = {
 }
 KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fingerprint": "f",
              "explore": "?", "mean": "?", "default": "?"}
-DEFAULT_FORMAT = "jobid,user,name,st,type,share,time,priority,rounds,progress,reason"
+DEFAULT_FORMAT = "jobid,user,name,st,type,shape,share,time,priority,rounds,progress,reason"
 # How a job left, in the ST column (`--states`); its REASON is what Slurm said of its end.
 # A shadow database (the daemon ran with --dry-run): said above the table, in the JSON,
 # and as the ST of every job the plan placed.
@@ -68,6 +68,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
                                       + [wt for t in times.values() for wt in t]))
     interim = set(meta["interim_jobs"]) if meta else set()
     shadow = store.shadow()
+    placed = store.last_placement()
     estimates: dict[str, dict[str, dict]] = {}
     for e in store.throughput_estimates(active_only=False):
         estimates.setdefault(e["job"], {})[e["worker_type"]] = e
@@ -97,6 +98,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
             "st": state,
             "state": j["state"], "finished": j.get("finished"), "type": wt,
+            "shape": _shape(placed.get(j["id"])) if j["state"] == "active" and wt else None,
             "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "interim_share": j["id"] in interim,
             "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},
@@ -109,6 +111,16 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             "types": j["types"].split(",") if j.get("types") else None,     # None: any
         })
     return out, worker_types
+
+
+def _shape(placement: dict | None) -> dict | None:
+    """Where the last round put the job: nodes x GPUs per node on a type (a distributed job
+    holds as many GPUs on each of its nodes; the backend starts it exactly so)."""
+    if not placement or not placement.get("nodes"):
+        return None
+    nodes = placement["nodes"].split(",")
+    return {"worker_type": placement["worker_type"], "nodes": len(nodes), "node_list": nodes,
+            "gpus_per_node": (placement["gpus"] or 0) // len(nodes)}
 
 
 def cluster_rows(store: SqliteStore) -> list[dict]:
@@ -160,6 +172,8 @@ def _cell(row: dict, key: str, worker_types: list[str]) -> str:
         return _number(v)
     if key == "types":
         return ",".join(v) if v else "any"
+    if key == "shape":
+        return f"{v['nodes']}x{v['gpus_per_node']}" if v else "-"
     if v is None or v == "":
         return "-"          # keeps the columns aligned for `awk` and friends
     return str(v)

@@ -187,6 +187,13 @@ class SlurmJob:
     # one GPU is then `gpus` = 1), and the device index (IDX) it holds on each of `nodes`
     shards: int = 0
     gpu_indices: tuple[str, ...] = ()
+    # --ntasks-per-gpu (squeue's tasks_per_tres; 24.11 lists it, 22.05's JSON does not: 0)
+    tasks_per_gpu: int = 0
+
+    def tasks_per_node(self, gpus_per_node: int) -> int | None:
+        """Tasks on each node when run with `gpus_per_node` GPUs there (--ntasks-per-gpu);
+        None: the job does not tie its tasks to its GPUs (or Slurm did not say)."""
+        return gpus_per_node * self.tasks_per_gpu if self.tasks_per_gpu > 0 else None
 
     @property
     def primary_state(self) -> str:
@@ -374,7 +381,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             excluded_nodes=_names(j.get("excluded_nodes")),
             slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
             gpus_on_nodes=on_nodes, shards=shards,
-            gpu_indices=_gpu_indices(j.get("gres_detail")))
+            gpu_indices=_gpu_indices(j.get("gres_detail")),
+            tasks_per_gpu=int(number(j.get("tasks_per_tres"), 0) or 0))
         jobs.extend(_array_tasks(job, j))
     return jobs
 

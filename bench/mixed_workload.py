@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""A mixed workload of 1-, 2-, 4- and 8-GPU gavel jobs under the daemon on a real local cluster.
+
+Starts a local cluster (3 GPU types x 2 nodes x 4 GPUs, the repository's
+job_submit.lua), submits the jobs (1- and 2-GPU jobs as `--gres=gpu:N`, 4- and
+8-GPU jobs as `--gpus=N`, which the daemon shapes each round: 1x4 or 2x2, 2x4),
+each one step per second, checkpointing on the preemption signal, and runs the
+daemon's own objects in this process until every job has finished.  Per round:
+
+* busy GPU-seconds: what the daemon credited (the observations' usage, GPUs x
+  seconds, which the ledger and the database's job_time are made of), against the
+  cluster's GPUs x the round's length;
+* the Slurm calls of the round (the plan's observe and enforce) and of the ticks
+  after it (polls, deferred starts), with their seconds; of them, the reshapes
+  (`scontrol update` with NumNodes: a distributed job's start) and their seconds.
+
+Needs root, Slurm and MUNGE (as the tests do).
+
+    python bench/mixed_workload.py                 # 8x1, 4x2, 3x4, 2x8 GPUs; 10 s rounds
+    python bench/mixed_workload.py --jobs 4,2,2,1 --steps 20 --round 8
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from slurm_gavel.slurm import config as config_mod  # noqa: E402
+from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
+from slurm_gavel.slurm.store import SqliteStore  # noqa: E402
+from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster, default_job_submit_lua,  # noqa: E402
+                                          node_list, pick_ports, slurm_version, unavailable_reason)
+
+SIZES = (1, 2, 4, 8)
+MODELS = {1: "convnet", 2: "language-model", 4: "convnet", 8: "language-model"}
+# One step per second on the batch node; on USR2 its step is saved and it exits 85 (requeued held).
+JOB = r"""#!/bin/bash
+#SBATCH --requeue
+#SBATCH --open-mode=append
+stop=0
+trap 'stop=1' USR2
+state="$JOBDIR/$SLURM_JOB_ID.step"
+step=$(cat "$state" 2>/dev/null || echo 0)
+while [ "$step" -lt "$TOTAL" ]; do
+  sleep 1
+  step=$((step + 1))
+  echo "$step" > "$state.tmp" && mv "$state.tmp" "$state"
+  echo "{\"job\": \"$SLURM_JOB_ID\", \"event\": \"progress\", \"step\": $step, \"steps_per_second\": 1.0, \"partition\": \"$SLURM_JOB_PARTITION\", \"time\": $(date +%s)}" >> "$GAVEL_PROGRESS_DIR/$SLURM_JOB_ID.jsonl"
+  if [ "$stop" = 1 ]; then exit 85; fi
+done
+"""
+
+
+class Recorder:
+    """Every Slurm call the daemon makes (seconds, whether a reshape), and the credited
+    usage, by round: calls inside `engine.plan()` are the round's, the others its ticks'."""
+
+    def __init__(self, daemon: Daemon):
+        self.daemon = daemon
+        self.in_plan = False
+        self.calls: dict[tuple[int, str], list[float]] = defaultdict(list)      # (round, phase)
+        self.reshapes: dict[tuple[int, str], list[float]] = defaultdict(list)
+        self.busy: dict[int, float] = defaultdict(float)                        # GPU-seconds
+        self.started: dict[int, float] = {}
+        self.observed: dict[int, float] = {}     # the round's own observation: credited up to here
+        cli, engine, backend = daemon.cli, daemon.engine, daemon.backend
+        run, plan, observe = cli.run, engine.plan, backend.observe
+
+        def timed_run(args, *a, **k):
+            t0 = time.perf_counter()
+            try:
+                return run(args, *a, **k)
+            finally:
+                key = self._key()
+                spent = time.perf_counter() - t0
+                self.calls[key].append(spent)
+                if list(args[:2]) == ["scontrol", "update"] and any(
+                        str(x).startswith("NumNodes=") for x in args):
+                    self.reshapes[key].append(spent)
+
+        def timed_plan(*a, **k):
+            self.in_plan = True
+            self.started[engine.round] = time.time()
+            try:
+                return plan(*a, **k)
+            finally:
+                self.in_plan = False
+
+        def counted_observe(*a, **k):
+            obs = observe(*a, **k)
+            if self.in_plan:
+                self.observed.setdefault(engine.round, time.time())    # the round's boundary
+            # usage since the last observation: credited to the round that was running
+            for u in obs.usage:
+                self.busy[max(0, engine.round - 1)] += u.assignment.gpus * u.seconds
+            return obs
+        cli.run, engine.plan, backend.observe = timed_run, timed_plan, counted_observe
+
+    def _key(self) -> tuple[int, str]:
+        r = self.daemon.engine.round
+        return (r, "round") if self.in_plan else (r - 1, "ticks")
+
+
+def _submit(cluster, tmp: Path, gpus: int, steps: int) -> str:
+    request = [f"--gres=gpu:{gpus}"] if gpus <= 2 else [f"--gpus={gpus}"]
+    out = cluster.run(["sbatch", "--parsable", f"--export=ALL,TOTAL={steps},JOBDIR={tmp},"
+                       f"GAVEL_PROGRESS_DIR={tmp / 'progress'}", "-o", str(tmp / "out-%j.txt"),
+                       "--comment", f"gavel model={MODELS[gpus]} steps={steps}", *request,
+                       str(tmp / "job.sh")]).stdout
+    return out.strip().split(";")[0]
+
+
+def _left(cluster, jobs) -> list[str]:
+    out = cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout
+    states = dict(line.split() for line in out.splitlines() if line.strip())
+    return [j for j in jobs if states.get(j, "COMPLETED") not in ("COMPLETED",)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", default="8,4,3,2", help="jobs of 1,2,4,8 GPUs (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=40, help="steps (seconds of work) per job")
+    p.add_argument("--round", type=float, default=10.0, help="round seconds (default 10)")
+    p.add_argument("--timeout", type=float, default=1200.0)
+    args = p.parse_args(argv)
+    counts = [int(x) for x in args.jobs.split(",")]
+    why = unavailable_reason()
+    if why:
+        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gavel-mixed-", dir="/tmp") as tmp:
+        tmp = Path(tmp)
+        (tmp / "progress").mkdir()
+        (tmp / "job.sh").write_text(JOB)
+        ctld, slurmd = pick_ports(len(node_list(DEFAULT_TYPES)))
+        cluster = DevCluster(tmp / "c", DEFAULT_TYPES, ctld_port=ctld, slurmd_port=slurmd,
+                             job_submit_lua=default_job_submit_lua())
+        cluster.up()
+        try:
+            return _run(cluster, tmp, counts, args)
+        finally:
+            cluster.down()
+
+
+def _run(cluster, tmp: Path, counts, args) -> int:
+    gpus_total = sum(n * g for n, g in DEFAULT_TYPES.values())
+    jobs = {}
+    for size, n in zip(SIZES, counts):
+        for _ in range(n):
+            jobs[_submit(cluster, tmp, size, args.steps)] = size
+    config = config_mod.from_dict({
+        "slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
+        "progress_dir": str(tmp / "progress"), "throughputs": str(ROOT / "examples" / "toy_throughputs.json"),
+        "round_seconds": args.round, "tick_seconds": 1, "grace_seconds": 10}, source="bench")
+    daemon = Daemon(config)
+    rec = Recorder(daemon)
+    began = time.time()
+    finished = threading.Event()
+
+    def watch():
+        while time.time() - began < args.timeout:
+            time.sleep(2)
+            if not _left(cluster, jobs):
+                finished.set()
+                break
+        daemon.request_stop()
+    threading.Thread(target=watch, daemon=True).start()
+    daemon.run()
+    if daemon._watchdog is not None:
+        daemon._watchdog.cancel()          # the daemon stopped: no need for its stop watchdog
+    wall = time.time() - began
+    version = ".".join(map(str, slurm_version()))
+    print(f"Slurm {version}; {len(jobs)} jobs ({', '.join(f'{n}x{g} GPU' for n, g in zip(counts, SIZES))}), "
+          f"{args.steps} steps each, {gpus_total} GPUs, {args.round:.0f} s rounds")
+    print(f"{'finished' if finished.is_set() else 'NOT finished'} in {wall:.0f} s, {daemon.engine.round} rounds")
+    rounds = sorted(rec.observed)
+    print(f"{'round':>5} {'busy GPU-s':>10} {'util':>5} {'calls':>5} {'round s':>7} {'reshapes':>8} "
+          f"{'reshape s':>9} {'tick calls':>10} {'tick s':>6}")
+    per_reshape = []
+    for i, r in enumerate(rounds):
+        length = (rec.observed[rounds[i + 1]] if i + 1 < len(rounds) else began + wall) - rec.observed[r]
+        calls, ticks = rec.calls[(r, "round")], rec.calls[(r, "ticks")]
+        reshapes = rec.reshapes[(r, "round")] + rec.reshapes[(r, "ticks")]
+        per_reshape += reshapes
+        busy = rec.busy.get(r, 0.0)
+        print(f"{r:5d} {busy:10.0f} {busy / (gpus_total * length) if length > 0 else 0:5.0%} {len(calls):5d} "
+              f"{sum(calls):7.3f} {len(reshapes):8d} {sum(reshapes):9.3f} {len(ticks):10d} {sum(ticks):6.3f}")
+    busy = sum(rec.busy.values())
+    work = sum(jobs.values()) * args.steps
+    print(f"busy GPU-seconds credited {busy:.0f} (the jobs' work: {work} GPU-seconds of steps, "
+          f"plus checkpoints and restarts)")
+    if per_reshape:
+        print(f"reshapes: {len(per_reshape)}, median {statistics.median(per_reshape) * 1000:.1f} ms, "
+              f"max {max(per_reshape) * 1000:.1f} ms")
+    rounds_calls = [len(rec.calls[(r, "round")]) for r in rounds]
+    rounds_secs = [sum(rec.calls[(r, "round")]) for r in rounds]
+    print(f"Slurm calls in a round's plan: mean {statistics.mean(rounds_calls):.1f}, max {max(rounds_calls)}; "
+          f"seconds mean {statistics.mean(rounds_secs):.3f}, max {max(rounds_secs):.3f}; "
+          f"reshapes {sum(per_reshape):.3f} s of {sum(rounds_secs) + sum(sum(rec.calls[(r, 'ticks')]) for r in rounds):.1f} s "
+          f"of Slurm calls in all")
+    store = SqliteStore(config.database, readonly=True)      # what the daemon recorded
+    try:
+        times = store.job_time()
+    finally:
+        store.close()
+    ledger = sum(sum(v.values()) * jobs[j] for j, v in times.items() if j in jobs)
+    print(f"the database's job_time x GPUs: {ledger:.0f} GPU-seconds")
+    return 0 if finished.is_set() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
