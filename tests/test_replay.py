@@ -113,6 +113,18 @@ def test_broken_or_strange_records_are_skipped_not_raised():
     assert (job.job_id, job.start, job.gpus, job.runs[0].nodes) == ("7", None, 0, ())
 
 
+def test_a_state_list_is_named_as_sacct_names_it():
+    """24.11's state lists (base first, then flags) read as sacct's State column would show them."""
+    def state(current):
+        job = {"job_id": 1, "state": {"current": current}, "time": {"submission": 1000}}
+        return parse_history_json({"jobs": [job]})[0].runs[0].state
+    assert state(["PENDING", "REQUEUED"]) == "REQUEUED" == state("REQUEUED")
+    assert state(["PENDING", "REQUEUE_HOLD"]) == "REQUEUE_HOLD"
+    assert state(["COMPLETED", "REQUEUED", "SPECIAL_EXIT"]) == "REQUEUED"     # Slurm's order
+    assert state(["COMPLETED", "SOME_NEW_FLAG"]) == "COMPLETED"               # unknown: the base
+    assert state([]) == state(None) == "UNKNOWN"
+
+
 def test_untyped_gpus_take_their_node_type():
     text = "9|COMPLETED|1000|1001|1011|10|gpu|n1|gres/gpu=2|acct|u||job\n"
     [job] = parse_history_parsable(text, node_types={"n1": "a100"})
