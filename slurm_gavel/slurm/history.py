@@ -216,6 +216,21 @@ def _time(value) -> float | None:
     return float(n) if n is not None and n > 0 and n != float("inf") else None
 
 
+# The state flags Slurm's job_state_string names a job by, before its base state, in its
+# order: 24.11's JSON gives a requeued run as ["PENDING", "REQUEUED"] (base first, then
+# flags) where sacct's State column (and 22.05's JSON) says "REQUEUED".
+_NAMED_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_FED",
+                "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED", "RESV_DEL_HOLD", "SIGNALING")
+
+
+def _state_name(flags: Sequence[str]) -> str:
+    """The one name sacct's State column gives a state list: a naming flag, else the base."""
+    for flag in _NAMED_FLAGS:
+        if flag in flags[1:]:
+            return flag
+    return flags[0] if flags else "UNKNOWN"
+
+
 def parse_history_json(data: Any, node_types: Mapping[str, str] | None = None) -> list[HistoryJob]:
     """`sacct -X -D --json` (any version's layout) -> jobs.  A record that is not a job
     object, or has no numeric id, is skipped."""
@@ -236,7 +251,7 @@ def parse_history_json(data: Any, node_types: Mapping[str, str] | None = None) -
         gpus, kind = _tres_json(tres.get("allocated"))
         comment = j.get("comment")
         admin = text(comment.get("administrator")) if isinstance(comment, dict) else text(j.get("admin_comment"))
-        run = HistoryRun(base[0] if base else "UNKNOWN", _time(t.get("submission")), start, end,
+        run = HistoryRun(_state_name(base), _time(t.get("submission")), start, end,
                          _elapsed(t.get("elapsed"), start, end), text(j.get("partition")).strip(),
                          _nodes(text(j.get("nodes"))), gpus, kind)
         rows.append((str(int(job_id)), text(j.get("name")), text(j.get("user")).strip(),
