@@ -142,7 +142,9 @@ class MinCostSLO(LinearPolicy):
         budget = cp.Parameter(nonneg=True, name="budget")
         shortfall = cp.Variable(program.n_jobs, nonneg=True, name="shortfall")
         relative = program.total(cp.multiply(inv_required, shortfall))
-        meet = [program.throughput + shortfall >= required]
+        # Bounded: a shortfall past what a job needs is meaningless, and an
+        # unbounded optimal face costs an interior-point solver its accuracy.
+        meet = [program.throughput + shortfall >= required, shortfall <= required]
         first = cp.Problem(cp.Minimize(relative), program.constraints + meet)
         kept = program.constraints + meet + [relative <= budget]
         total = program.total(value)
