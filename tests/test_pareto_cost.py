@@ -10,7 +10,8 @@ swap types at no change of the sum.  A solver then returns whichever vertex
 cost objective and maximizes the jobs' normalized throughputs with the fixed
 tie-break of lp.py.  Checks, in the style of test_pareto.py:
 
-* the same X whichever HiGHS method solves it (simplex below HIGHS_SIMPLEX_BELOW
+* the same X on either route for min_cost (HiGHS direct, cvxpy), and on the
+  cvxpy route whichever HiGHS method solves it (simplex below HIGHS_SIMPLEX_BELOW
   variables, interior point with crossover above), on inputs full of ties and
   on random ones; within 1e-4 for min_cost with Clarabel (the fallback, an
   interior-point method without crossover, run here with tight tolerances);
@@ -42,10 +43,11 @@ CLARABEL = (("CLARABEL", {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas"
 
 
 def policy(name: str, solvers=None, symmetry: bool = True, pareto: bool = True):
+    """`name` as made; given `solvers`, on the cvxpy route with them (min_cost has a direct one)."""
     made = make_policy(name)
     lp = inner(made)
     if solvers is not None:
-        lp.solvers = solvers
+        lp.solvers, lp.use_direct = solvers, False
     lp.use_symmetry, lp.pareto = symmetry, pareto
     return made
 
@@ -77,7 +79,7 @@ def cost_value(alloc, inp: PolicyInput) -> float:
 
 
 def on_every_route(name: str, inp: PolicyInput, monkeypatch, pareto: bool = True) -> list:
-    """X from HiGHS simplex, HiGHS interior point (forced on a small LP) and Clarabel."""
+    """X from HiGHS simplex, HiGHS interior point (forced on a small LP) and Clarabel, through cvxpy."""
     simplex = policy(name, SIMPLEX, pareto=pareto).allocate(inp)
     with monkeypatch.context() as patch:
         patch.setattr(solver, "HIGHS_SIMPLEX_BELOW", 0)
@@ -104,6 +106,19 @@ def test_same_x_on_either_highs_route(name, case, monkeypatch):
         np.testing.assert_allclose(clarabel.x, simplex.x, atol=1e-4)
     for alloc in (simplex, ipm, clarabel):
         assert idle_while_waiting(alloc, inp) <= 1e-5
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_min_cost_same_x_on_both_routes(case):
+    """min_cost without pair rows goes to HiGHS directly (direct.py); cvxpy gives the same X."""
+    inp = make(case)
+    fast, slow = policy("min_cost"), policy("min_cost")
+    inner(slow).use_direct = False
+    a, b = fast.allocate(inp), slow.allocate(inp)
+    assert not inner(fast)._cache._entries and inner(slow)._cache._entries
+    np.testing.assert_allclose(a.x, b.x, atol=1e-6)
+    assert a.objective == pytest.approx(b.objective, rel=1e-7)
+    assert idle_while_waiting(a, inp) <= 1e-5
 
 
 def test_without_the_second_stage_the_routes_disagree(monkeypatch):
@@ -148,7 +163,7 @@ def test_cost_objective_is_kept(name, seed):
 def test_equal_value_per_dollar_goes_to_the_faster_type():
     """Twice as fast at twice the price: the same value per dollar, twice the throughput."""
     inp = make_input([[2.0, 1.0]], [1, 1], types=("v100", "k80"), prices=np.array([2.0, 1.0]))
-    for solvers in (SIMPLEX, CLARABEL):
+    for solvers in (None, SIMPLEX, CLARABEL):          # direct, then cvxpy
         alloc = policy("min_cost", solvers).allocate(inp)
         assert alloc.x == pytest.approx(np.array([[1.0, 0.0]]), abs=1e-6)
 

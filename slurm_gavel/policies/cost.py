@@ -20,6 +20,7 @@ import numpy as np
 from .lazy import cvxpy as cp
 from ..core.errors import InputError
 from ..core.model import Allocation, PolicyInput
+from . import direct
 from .lp import PRIMARY_SLACK, LinearPolicy, _unit_scale, pareto_gains
 from .program import AllocationProgram
 from .solver import Compiled, solve
@@ -63,14 +64,18 @@ def pareto_problem(program: AllocationProgram, constraints: list, total) -> dict
     return p
 
 
+def second_gains(weights: np.ndarray, solo: np.ndarray, multiplicity: np.ndarray) -> np.ndarray:
+    """(n, k) the second stage's coefficient of each X_mj: w_m / fastest_m * T_mj, with the tie-break."""
+    fastest = solo.max(axis=1)
+    own = np.divide(weights, fastest, out=np.zeros_like(fastest), where=fastest > 0)
+    return pareto_gains(own, solo, multiplicity), own
+
+
 def pareto_stage(policy: LinearPolicy, compiled: Compiled, value: float) -> float:
     """Solve the second stage after a cost optimum `value`; the cost its X attains."""
     program, p = compiled.program, compiled.params
     solo = program.rate_values("throughputs")
-    fastest = solo.max(axis=1)
-    weights = np.asarray(p["weights"].value, dtype=float)
-    own = np.divide(weights, fastest, out=np.zeros_like(fastest), where=fastest > 0)
-    gains = pareto_gains(own, solo, program.multiplicity)
+    gains, own = second_gains(np.asarray(p["weights"].value, dtype=float), solo, program.multiplicity)
     scale = _unit_scale(gains)
     weight = program.multiplicity * own
     # gain @ throughput + tie @ x puts gains_mj on X_mj (as in MaxMinPolicy).
@@ -110,6 +115,17 @@ class MinCost(LinearPolicy):
     def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
         value = solve(compiled.problem, self.solvers, self.name)
         return pareto_stage(self, compiled, value) if self.pareto else value
+
+    def direct(self, structure, numbers, rates, params):
+        """Both stages handed to HiGHS as arrays (direct.py) where that applies: no pair rows."""
+        if not (self.use_direct and self.pareto and not len(structure.pair_jobs)
+                and set(rates) == {"value"} and type(self).formulate is MinCost.formulate
+                and direct.applies(structure.n_jobs, structure.n_types)):
+            return None
+        mult = structure.multiplicity
+        second, _ = second_gains(np.asarray(params["weights"], dtype=float), numbers.solo, mult)
+        return direct.max_sum_then(mult[:, None] * rates["value"][0], second, numbers.feasible,
+                                   numbers.counts, mult, structure.scale_factors, slack=PRIMARY_SLACK)
 
 
 class MinCostSLO(LinearPolicy):
