@@ -64,8 +64,10 @@ def pareto_problem(program: AllocationProgram, constraints: list, total) -> dict
     return p
 
 
-def second_gains(weights: np.ndarray, solo: np.ndarray, multiplicity: np.ndarray) -> np.ndarray:
-    """(n, k) the second stage's coefficient of each X_mj: w_m / fastest_m * T_mj, with the tie-break."""
+def second_gains(weights: np.ndarray, solo: np.ndarray,
+                 multiplicity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) the second stage's coefficient of each X_mj (w_m / fastest_m * T_mj, with the
+    tie-break), and (n,) w_m / fastest_m."""
     fastest = solo.max(axis=1)
     own = np.divide(weights, fastest, out=np.zeros_like(fastest), where=fastest > 0)
     return pareto_gains(own, solo, multiplicity), own
