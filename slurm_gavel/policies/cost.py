@@ -1,4 +1,18 @@
-"""Cost policies: most throughput per dollar, with and without SLOs."""
+"""Cost policies: most throughput per dollar, with and without SLOs.
+
+Their objective, value per dollar summed over every job, is work conserving
+by itself (every usable entry has a positive value), but it ties a lot: a
+job on its own fastest type is worth exactly 1 / price there, so every job
+whose fastest type is j is worth the same on j, and a type twice as fast at
+twice the price is worth the same as the slower one.  A solver then returns
+whichever optimum it reaches (HiGHS a vertex, Clarabel a blend).  So after
+the cost objective both policies solve a second stage, as max-min fairness
+does (lp.py): the cost objective kept within PRIMARY_SLACK, the weighted
+normalized throughputs sum_m mult_m * w_m * throughput_m / fastest_m
+maximized with lp.py's fixed tie-break on each entry.  The answer is Pareto
+efficient among the cost optima and the same whichever solver finds it.
+`pareto = False` (the agnostic baseline) switches it off.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +20,8 @@ import numpy as np
 from .lazy import cvxpy as cp
 from ..core.errors import InputError
 from ..core.model import Allocation, PolicyInput
-from .lp import LinearPolicy
+from . import direct
+from .lp import PRIMARY_SLACK, LinearPolicy, _unit_scale, pareto_gains
 from .program import AllocationProgram
 from .solver import Compiled, solve
 
@@ -37,6 +52,42 @@ def check_prices(inp: PolicyInput, policy: str):
                              f"policy {policy} needs a price > 0 for every worker type")
 
 
+def pareto_problem(program: AllocationProgram, constraints: list, total) -> dict:
+    """The second stage over `constraints`: cost `total` kept at `_floor` or more (module doc)."""
+    n, k = program.n_jobs, program.n_types
+    p = {"_gain": cp.Parameter(n, nonneg=True), "_tie": cp.Parameter(n * k, nonneg=True),
+         "_floor": cp.Parameter(name="floor")}
+    # "_second": the key lp.py's pricing reads as the Pareto stage.
+    p["_second"] = cp.Problem(cp.Maximize(p["_gain"] @ program.throughput + p["_tie"] @ program.x),
+                              constraints + [total >= p["_floor"]])
+    p["_total"] = total
+    return p
+
+
+def second_gains(weights: np.ndarray, solo: np.ndarray,
+                 multiplicity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, k) the second stage's coefficient of each X_mj (w_m / fastest_m * T_mj, with the
+    tie-break), and (n,) w_m / fastest_m."""
+    fastest = solo.max(axis=1)
+    own = np.divide(weights, fastest, out=np.zeros_like(fastest), where=fastest > 0)
+    return pareto_gains(own, solo, multiplicity), own
+
+
+def pareto_stage(policy: LinearPolicy, compiled: Compiled, value: float) -> float:
+    """Solve the second stage after a cost optimum `value`; the cost its X attains."""
+    program, p = compiled.program, compiled.params
+    solo = program.rate_values("throughputs")
+    gains, own = second_gains(np.asarray(p["weights"].value, dtype=float), solo, program.multiplicity)
+    scale = _unit_scale(gains)
+    weight = program.multiplicity * own
+    # gain @ throughput + tie @ x puts gains_mj on X_mj (as in MaxMinPolicy).
+    p["_gain"].value = weight * scale
+    p["_tie"].value = (np.maximum(gains - weight[:, None] * solo, 0.0) * scale).ravel()
+    p["_floor"].value = value - PRIMARY_SLACK * abs(value)
+    solve(p["_second"], policy.solvers, policy.name + " (Pareto stage)")
+    return float(p["_total"].value)
+
+
 class MinCost(LinearPolicy):
     """Maximize normalized throughput per dollar, sum over jobs and types.
 
@@ -46,20 +97,41 @@ class MinCost(LinearPolicy):
 
     name = "min_cost"
     summary = "minimize cost: the most throughput per dollar (needs price_per_hour)"
+    second_stage = True
 
     def check(self, inp: PolicyInput):
         check_prices(inp, self.name)
 
     def formulate(self, program: AllocationProgram):
-        value = program.rate("value")
-        return cp.Problem(cp.Maximize(program.total(value)), program.constraints), {}
+        total = program.total(program.rate("value"))
+        weights = cp.Parameter(program.n_jobs, nonneg=True, name="weights")
+        return (cp.Problem(cp.Maximize(total), program.constraints),
+                {"weights": weights, **pareto_problem(program, program.constraints, total)})
+
+    def parameters(self, inp: PolicyInput) -> dict:
+        return {"weights": inp.weights}
 
     def rates(self, inp: PolicyInput) -> dict:
         return {"value": value_per_dollar(inp)}
 
+    def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
+        value = solve(compiled.problem, self.solvers, self.name)
+        return pareto_stage(self, compiled, value) if self.pareto else value
+
+    def direct(self, structure, numbers, rates, params):
+        """Both stages handed to HiGHS as arrays (direct.py) where that applies: no pair rows."""
+        if not (self.use_direct and self.pareto and not len(structure.pair_jobs)
+                and set(rates) == {"value"} and type(self).formulate is MinCost.formulate
+                and direct.applies(structure.n_jobs, structure.n_types)):
+            return None
+        mult = structure.multiplicity
+        second, _ = second_gains(np.asarray(params["weights"], dtype=float), numbers.solo, mult)
+        return direct.max_sum_then(mult[:, None] * rates["value"][0], second, numbers.feasible,
+                                   numbers.counts, mult, structure.scale_factors, slack=PRIMARY_SLACK)
+
 
 class MinCostSLO(LinearPolicy):
-    """Minimize cost subject to SLOs, in two LPs over the same constraints.
+    """Minimize cost subject to SLOs, in two LPs over the same constraints (then the second stage).
 
     A job with an SLO must reach throughput s_m / (slo_m - t_m).  SLOs may be
     impossible to meet together, and a daemon must still schedule: the first
@@ -70,6 +142,7 @@ class MinCostSLO(LinearPolicy):
 
     name = "min_cost_slo"
     summary = "minimize cost subject to SLOs (needs price_per_hour, steps_remaining, slo)"
+    second_stage = True
 
     def check(self, inp: PolicyInput):
         check_prices(inp, self.name)
@@ -87,12 +160,18 @@ class MinCostSLO(LinearPolicy):
         budget = cp.Parameter(nonneg=True, name="budget")
         shortfall = cp.Variable(program.n_jobs, nonneg=True, name="shortfall")
         relative = program.total(cp.multiply(inv_required, shortfall))
-        meet = [program.throughput + shortfall >= required]
+        # Bounded: a shortfall past what a job needs is meaningless, and an
+        # unbounded optimal face costs an interior-point solver its accuracy.
+        meet = [program.throughput + shortfall >= required, shortfall <= required]
         first = cp.Problem(cp.Minimize(relative), program.constraints + meet)
-        second = cp.Problem(cp.Maximize(program.total(value)),
-                            program.constraints + meet + [relative <= budget])
+        kept = program.constraints + meet + [relative <= budget]
+        total = program.total(value)
+        second = cp.Problem(cp.Maximize(total), kept)
+        weights = cp.Parameter(program.n_jobs, nonneg=True, name="weights")
+        # The cost LP is the problem (pricing reads its duals); the Pareto stage comes third.
         return second, {"required": required, "inv_required": inv_required, "budget": budget,
-                        "_first": first, "_shortfall": shortfall}
+                        "weights": weights, "_first": first, "_shortfall": shortfall,
+                        **pareto_problem(program, kept, total)}
 
     def required_throughputs(self, inp: PolicyInput) -> np.ndarray:
         """(n,) throughput each job needs to meet its SLO (inf once the deadline has passed)."""
@@ -107,7 +186,7 @@ class MinCostSLO(LinearPolicy):
         # so the shortfall measures what other jobs could give up.
         need = np.minimum(self.required_throughputs(inp), inp.fastest_throughputs())
         inv = np.divide(1.0, need, out=np.zeros_like(need), where=need > 0)
-        return {"required": need, "inv_required": inv}
+        return {"required": need, "inv_required": inv, "weights": inp.weights}
 
     def rates(self, inp: PolicyInput) -> dict:
         return {"value": value_per_dollar(inp)}
@@ -116,7 +195,8 @@ class MinCostSLO(LinearPolicy):
         short = solve(compiled.params["_first"], self.solvers, self.name + " (SLO shortfall)")
         # Slack for solver tolerance; the shortfall is a sum of relative terms.
         compiled.params["budget"].value = max(short, 0.0) * (1 + 1e-6) + 1e-7
-        return solve(compiled.problem, self.solvers, self.name)
+        value = solve(compiled.problem, self.solvers, self.name)
+        return pareto_stage(self, compiled, value) if self.pareto else value
 
     def info(self, allocation: Allocation, inp: PolicyInput) -> dict:
         need = self.required_throughputs(inp)

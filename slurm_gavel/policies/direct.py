@@ -18,7 +18,9 @@ Max-min (`MaxMinPolicy`), over X (rows m, types j) and t:
               0 <= X_mj <= F_mj                                            (1)
 
 Max-sum (`MaxSumPolicy`): maximize sum_m mult_m * c_m * sum_j T_mj X_mj under
-(1)-(3).  F_mj is 1 where row m can run on type j, else 0.
+(1)-(3).  F_mj is 1 where row m can run on type j, else 0.  Min-cost (`MinCost`, cost.py):
+maximize sum_mj gain_mj X_mj under (1)-(3), then a Pareto stage with that
+objective kept (`max_sum_then`).
 
 These are the cvxpy formulations' LPs (without cvxpy's auxiliary variables),
 so the optimum is the same.  Where it is not unique, the Pareto stage and
@@ -264,3 +266,51 @@ def max_sum(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
     columns, _ = found
     x = columns.reshape(n, k)
     return Solution(float((gain * x).sum()), x)
+
+
+def max_sum_then(gain: np.ndarray, second: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
+                 multiplicity: np.ndarray, scale_factors: np.ndarray,
+                 slack: float = 1e-7) -> Solution | None:
+    """maximize_X sum_mj gain_mj X_mj under (1)-(3), then the same Pareto stage as `max_min`'s.
+
+    `gain` (n, k) is each entry's objective coefficient, row multiplicity
+    included (the min-cost policies' value per dollar).  One more row holds
+    that objective: free in the first stage, then bounded below by the
+    optimum (less `slack`, relative) while the objective becomes
+    sum second_mj X_mj, the simplex going on from the first stage's basis.
+    The value returned is the first objective that the final X attains.
+    """
+    import highspy
+    n, k = gain.shape
+    nk = n * k
+    scale = _power_of_two_scale(gain)
+    start, index = _cost_row_pattern(n, k)
+    value = np.empty((nk, 3))
+    value[:, 0] = 1.0
+    value[:, 1] = np.repeat(multiplicity * scale_factors, k)
+    value[:, 2] = gain.ravel() * scale
+    row_upper = np.concatenate([np.ones(n), counts, [highspy.kHighsInf]])
+    found = _solve(nk, n + k + 1, value[:, 2].copy(), feasible.astype(float).ravel(), row_upper,
+                   start, index, value.ravel())
+    if found is None:
+        return None
+    columns, objective = found
+    h = _highs()
+    h.changeRowBounds(n + k, objective - slack * abs(objective), highspy.kHighsInf)
+    h.changeColsCost(nk, np.arange(nk, dtype=np.int32), second.ravel() * _power_of_two_scale(second))
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    x = np.asarray(h.getSolution().col_value)[:nk].reshape(n, k)
+    return Solution(float((gain * x).sum()), x)
+
+
+@lru_cache(maxsize=256)
+def _cost_row_pattern(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_pattern(n, k, False)` with one more row (n + k) in every column: the objective's."""
+    m = np.repeat(np.arange(n), k)
+    j = np.tile(np.arange(k), n)
+    index = np.stack([m, n + j, np.full(n * k, n + k)], axis=1).ravel().astype(np.int32)
+    start = np.arange(n * k, dtype=np.int32) * 3
+    index.flags.writeable = start.flags.writeable = False
+    return start, index
