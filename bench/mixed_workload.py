@@ -12,16 +12,28 @@ daemon's own objects in this process until every job has finished.  Per round:
   cluster's GPUs x the round's length;
 * the Slurm calls of the round (the plan's observe and enforce) and of the ticks
   after it (polls, deferred starts), with their seconds; of them, the reshapes
-  (`scontrol update` with NumNodes: a distributed job's start) and their seconds.
+  (`scontrol update` with NumNodes: a distributed job's start) and their seconds;
+* with `--space-sharing`, the pairs started and their Slurm calls: the `scontrol
+  update` of each job of a pair (half its GPU's shards; the release is shared with
+  the round's other starts and not counted here), with their seconds.
+
+The 1-GPU jobs are convnet and rl-agent in turn: the throughput table
+(examples/toy_throughputs.json) has pair rows for the two, worth about 1.65 of a
+GPU's work where each alone is 1.  `--space-sharing` runs the same jobs on a shard
+cluster (4 shards per GPU; job_submit.lua with GAVEL_SHARDS_PER_GPU = 4, so 1-GPU
+jobs ask `shard:4`) with `space_sharing = true`, which gives the policy (max-min
+fairness, as `max_min_fairness_packed`) the pair throughputs (docs/space-sharing.md).
 
 Needs root, Slurm and MUNGE (as the tests do).
 
     python bench/mixed_workload.py                 # 8x1, 4x2, 3x4, 2x8 GPUs; 10 s rounds
+    python bench/mixed_workload.py --space-sharing # the same, pairs of 1-GPU jobs allowed
     python bench/mixed_workload.py --jobs 4,2,2,1 --steps 20 --round 8
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import tempfile
@@ -41,6 +53,8 @@ from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster, default_job
 
 SIZES = (1, 2, 4, 8)
 MODELS = {1: "convnet", 2: "language-model", 4: "convnet", 8: "language-model"}
+PARTNER = "rl-agent"      # every other 1-GPU job: the table's pair rows are convnet + rl-agent
+SHARDS = 4                # per GPU, with --space-sharing
 # One step per second on the batch node; on USR2 its step is saved and it exits 85 (requeued held).
 JOB = r"""#!/bin/bash
 #SBATCH --requeue
@@ -68,11 +82,13 @@ class Recorder:
         self.in_plan = False
         self.calls: dict[tuple[int, str], list[float]] = defaultdict(list)      # (round, phase)
         self.reshapes: dict[tuple[int, str], list[float]] = defaultdict(list)
+        self.pair_calls: dict[tuple[int, str], list[float]] = defaultdict(list)  # a pair's updates
+        self.pairs: dict[tuple[int, str], int] = defaultdict(int)              # pairs started
         self.busy: dict[int, float] = defaultdict(float)                        # GPU-seconds
         self.started: dict[int, float] = {}
         self.observed: dict[int, float] = {}     # the round's own observation: credited up to here
         cli, engine, backend = daemon.cli, daemon.engine, daemon.backend
-        run, plan, observe = cli.run, engine.plan, backend.observe
+        run, plan, observe, start = cli.run, engine.plan, backend.observe, backend._start_deferred
 
         def timed_run(args, *a, **k):
             t0 = time.perf_counter()
@@ -85,6 +101,10 @@ class Recorder:
                 if list(args[:2]) == ["scontrol", "update"] and any(
                         str(x).startswith("NumNodes=") for x in args):
                     self.reshapes[key].append(spent)
+                if list(args[:2]) == ["scontrol", "update"] and any(
+                        j in backend._planned and len(backend._planned[j].jobs) > 1
+                        for j in _update_ids(args)):
+                    self.pair_calls[key].append(spent)     # a pair's job: its shards, its node
 
         def timed_plan(*a, **k):
             self.in_plan = True
@@ -102,18 +122,46 @@ class Recorder:
             for u in obs.usage:
                 self.busy[max(0, engine.round - 1)] += u.assignment.gpus * u.seconds
             return obs
+        def counted_start(*a, **k):
+            before = set(backend._pairs.values())
+            try:
+                return start(*a, **k)
+            finally:
+                self.pairs[self._key()] += len(set(backend._pairs.values()) - before)
         cli.run, engine.plan, backend.observe = timed_run, timed_plan, counted_observe
+        backend._start_deferred = counted_start
 
     def _key(self) -> tuple[int, str]:
         r = self.daemon.engine.round
         return (r, "round") if self.in_plan else (r - 1, "ticks")
 
 
-def _submit(cluster, tmp: Path, gpus: int, steps: int) -> str:
+def _update_ids(args) -> list[str]:
+    """The job ids of an `scontrol update jobid=1,2 ...` argument list."""
+    return next((str(x)[6:].split(",") for x in args if str(x).startswith("jobid=")), [])
+
+
+class Alarms(logging.Handler):
+    """The daemon's space-sharing complaints: pairs not started (with why) and GPUs found
+    split or shared by a third job (docs/space-sharing.md), counted."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.refused, self.shared = [], []
+
+    def emit(self, record):
+        text = record.getMessage()
+        if "not started (space sharing)" in text:
+            self.refused.append(text)
+        if "shares GPU" in text or "does not share a GPU" in text:
+            self.shared.append(text)
+
+
+def _submit(cluster, tmp: Path, gpus: int, steps: int, model: str) -> str:
     request = [f"--gres=gpu:{gpus}"] if gpus <= 2 else [f"--gpus={gpus}"]
     out = cluster.run(["sbatch", "--parsable", f"--export=ALL,TOTAL={steps},JOBDIR={tmp},"
                        f"GAVEL_PROGRESS_DIR={tmp / 'progress'}", "-o", str(tmp / "out-%j.txt"),
-                       "--comment", f"gavel model={MODELS[gpus]} steps={steps}", *request,
+                       "--comment", f"gavel model={model} steps={steps}", *request,
                        str(tmp / "job.sh")]).stdout
     return out.strip().split(";")[0]
 
@@ -130,6 +178,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=40, help="steps (seconds of work) per job")
     p.add_argument("--round", type=float, default=10.0, help="round seconds (default 10)")
     p.add_argument("--timeout", type=float, default=1200.0)
+    p.add_argument("--space-sharing", action="store_true",
+                   help="a shard cluster and space_sharing = true: pairs of 1-GPU jobs allowed")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.jobs.split(",")]
     why = unavailable_reason()
@@ -140,9 +190,14 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         (tmp / "progress").mkdir()
         (tmp / "job.sh").write_text(JOB)
+        lua, shards = default_job_submit_lua(), 0
+        if args.space_sharing:             # 1-GPU gavel jobs ask a whole GPU's shards
+            lua, shards = tmp / "job_submit.lua", SHARDS
+            lua.write_text(default_job_submit_lua().read_text().replace(
+                "local GAVEL_SHARDS_PER_GPU = 0\n", f"local GAVEL_SHARDS_PER_GPU = {SHARDS}\n"))
         ctld, slurmd = pick_ports(len(node_list(DEFAULT_TYPES)))
         cluster = DevCluster(tmp / "c", DEFAULT_TYPES, ctld_port=ctld, slurmd_port=slurmd,
-                             job_submit_lua=default_job_submit_lua())
+                             job_submit_lua=lua, shards=shards)
         cluster.up()
         try:
             return _run(cluster, tmp, counts, args)
@@ -154,12 +209,16 @@ def _run(cluster, tmp: Path, counts, args) -> int:
     gpus_total = sum(n * g for n, g in DEFAULT_TYPES.values())
     jobs = {}
     for size, n in zip(SIZES, counts):
-        for _ in range(n):
-            jobs[_submit(cluster, tmp, size, args.steps)] = size
+        for k in range(n):
+            model = PARTNER if size == 1 and k % 2 else MODELS[size]
+            jobs[_submit(cluster, tmp, size, args.steps, model)] = size
     config = config_mod.from_dict({
         "slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
         "progress_dir": str(tmp / "progress"), "throughputs": str(ROOT / "examples" / "toy_throughputs.json"),
-        "round_seconds": args.round, "tick_seconds": 1, "grace_seconds": 10}, source="bench")
+        "round_seconds": args.round, "tick_seconds": 1, "grace_seconds": 10,
+        "space_sharing": bool(args.space_sharing)}, source="bench")
+    alarms = Alarms()
+    logging.getLogger("slurm_gavel").addHandler(alarms)
     daemon = Daemon(config)
     rec = Recorder(daemon)
     began = time.time()
@@ -179,27 +238,40 @@ def _run(cluster, tmp: Path, counts, args) -> int:
     wall = time.time() - began
     version = ".".join(map(str, slurm_version()))
     print(f"Slurm {version}; {len(jobs)} jobs ({', '.join(f'{n}x{g} GPU' for n, g in zip(counts, SIZES))}), "
-          f"{args.steps} steps each, {gpus_total} GPUs, {args.round:.0f} s rounds")
+          f"{args.steps} steps each, {gpus_total} GPUs, {args.round:.0f} s rounds, "
+          f"space sharing {'on' if args.space_sharing else 'off'}")
     print(f"{'finished' if finished.is_set() else 'NOT finished'} in {wall:.0f} s, {daemon.engine.round} rounds")
     rounds = sorted(rec.observed)
     print(f"{'round':>5} {'busy GPU-s':>10} {'util':>5} {'calls':>5} {'round s':>7} {'reshapes':>8} "
-          f"{'reshape s':>9} {'tick calls':>10} {'tick s':>6}")
-    per_reshape = []
+          f"{'reshape s':>9} {'pairs':>5} {'pair calls':>10} {'pair s':>6} {'tick calls':>10} {'tick s':>6}")
+    per_reshape, per_pair_call = [], []
     for i, r in enumerate(rounds):
         length = (rec.observed[rounds[i + 1]] if i + 1 < len(rounds) else began + wall) - rec.observed[r]
         calls, ticks = rec.calls[(r, "round")], rec.calls[(r, "ticks")]
         reshapes = rec.reshapes[(r, "round")] + rec.reshapes[(r, "ticks")]
+        pair_calls = rec.pair_calls[(r, "round")] + rec.pair_calls[(r, "ticks")]
+        pairs = rec.pairs[(r, "round")] + rec.pairs[(r, "ticks")]
         per_reshape += reshapes
+        per_pair_call += pair_calls
         busy = rec.busy.get(r, 0.0)
         print(f"{r:5d} {busy:10.0f} {busy / (gpus_total * length) if length > 0 else 0:5.0%} {len(calls):5d} "
-              f"{sum(calls):7.3f} {len(reshapes):8d} {sum(reshapes):9.3f} {len(ticks):10d} {sum(ticks):6.3f}")
+              f"{sum(calls):7.3f} {len(reshapes):8d} {sum(reshapes):9.3f} {pairs:5d} {len(pair_calls):10d} "
+              f"{sum(pair_calls):6.3f} {len(ticks):10d} {sum(ticks):6.3f}")
     busy = sum(rec.busy.values())
     work = sum(jobs.values()) * args.steps
     print(f"busy GPU-seconds credited {busy:.0f} (the jobs' work: {work} GPU-seconds of steps, "
-          f"plus checkpoints and restarts)")
+          f"plus checkpoints and restarts; a pair's two jobs on one GPU count that GPU once)")
     if per_reshape:
         print(f"reshapes: {len(per_reshape)}, median {statistics.median(per_reshape) * 1000:.1f} ms, "
               f"max {max(per_reshape) * 1000:.1f} ms")
+    pairs = sum(rec.pairs.values())
+    print(f"pairs started: {pairs}; their jobs' updates: {len(per_pair_call)}"
+          + (f", median {statistics.median(per_pair_call) * 1000:.1f} ms, max {max(per_pair_call) * 1000:.1f} ms, "
+             f"{sum(per_pair_call):.3f} s in all" if per_pair_call else ""))
+    print(f"pairs not started (space sharing, logged with why): {len(alarms.refused)}; "
+          f"GPUs found split or shared by a third job: {len(alarms.shared)}")
+    for text in (alarms.refused + alarms.shared)[:5]:
+        print(f"  {text[:200]}")
     rounds_calls = [len(rec.calls[(r, "round")]) for r in rounds]
     rounds_secs = [sum(rec.calls[(r, "round")]) for r in rounds]
     print(f"Slurm calls in a round's plan: mean {statistics.mean(rounds_calls):.1f}, max {max(rounds_calls)}; "
@@ -213,7 +285,18 @@ def _run(cluster, tmp: Path, counts, args) -> int:
         store.close()
     ledger = sum(sum(v.values()) * jobs[j] for j, v in times.items() if j in jobs)
     print(f"the database's job_time x GPUs: {ledger:.0f} GPU-seconds")
-    return 0 if finished.is_set() else 1
+    logging.getLogger("slurm_gavel").removeHandler(alarms)
+    done = [j for j in jobs if _steps(tmp, j) == args.steps]      # each job's own step file
+    print(f"jobs that did all {args.steps} steps: {len(done)} of {len(jobs)}"
+          + (f" (not: {', '.join(j for j in jobs if j not in done)})" if len(done) < len(jobs) else ""))
+    return 0 if finished.is_set() and len(done) == len(jobs) and not alarms.shared else 1
+
+
+def _steps(tmp: Path, job: str) -> int:
+    try:
+        return int((tmp / f"{job}.step").read_text().strip())
+    except (OSError, ValueError):
+        return -1
 
 
 if __name__ == "__main__":
