@@ -178,6 +178,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=40, help="steps (seconds of work) per job")
     p.add_argument("--round", type=float, default=10.0, help="round seconds (default 10)")
     p.add_argument("--timeout", type=float, default=1200.0)
+    p.add_argument("--log", type=Path, help="also write the daemon's log (INFO) to this file")
     p.add_argument("--space-sharing", action="store_true",
                    help="a shard cluster and space_sharing = true: pairs of 1-GPU jobs allowed")
     args = p.parse_args(argv)
@@ -218,7 +219,13 @@ def _run(cluster, tmp: Path, counts, args) -> int:
         "round_seconds": args.round, "tick_seconds": 1, "grace_seconds": 10,
         "space_sharing": bool(args.space_sharing)}, source="bench")
     alarms = Alarms()
-    logging.getLogger("slurm_gavel").addHandler(alarms)
+    logger = logging.getLogger("slurm_gavel")
+    logger.addHandler(alarms)
+    if args.log:
+        to_file = logging.FileHandler(args.log)
+        to_file.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logger.addHandler(to_file)
+        logger.setLevel(logging.INFO)
     daemon = Daemon(config)
     rec = Recorder(daemon)
     began = time.time()
@@ -270,7 +277,7 @@ def _run(cluster, tmp: Path, counts, args) -> int:
              f"{sum(per_pair_call):.3f} s in all" if per_pair_call else ""))
     print(f"pairs not started (space sharing, logged with why): {len(alarms.refused)}; "
           f"GPUs found split or shared by a third job: {len(alarms.shared)}")
-    for text in (alarms.refused + alarms.shared)[:5]:
+    for text in (alarms.refused + alarms.shared)[:12]:
         print(f"  {text[:200]}")
     rounds_calls = [len(rec.calls[(r, "round")]) for r in rounds]
     rounds_secs = [sum(rec.calls[(r, "round")]) for r in rounds]
