@@ -218,6 +218,7 @@ class SlurmBackend(SpaceSharing):
         self._pairs: dict[str, Assignment] = {}
         self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
         self._partial: dict[str, list[str]] = {}      # node -> jobs on a partly used GPU's shards
+        self._unseen_shards: dict[str, list[str]] = {}  # node -> shard jobs listed without their GPU
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
@@ -258,8 +259,14 @@ class SlurmBackend(SpaceSharing):
         others: dict[str, int] = {}
         self._gpu_users = {}
         shards_used: dict[tuple[str, str], int] = {}
+        unseen: dict[str, list[str]] = {}      # node -> shard jobs held on a GPU not listed
         for j in jobs:
             if j.running:
+                if j.shards and not any(j.gpu_indices):
+                    # 24.11 lists a requeued shard job still COMPLETING with its node but no
+                    # gres_detail: its shards are held, on a GPU we cannot tell
+                    for n in j.nodes:
+                        unseen.setdefault(n, []).append(j.job_id)
                 for n, idx in zip(j.nodes, j.gpu_indices):
                     for i in _indices(idx):
                         self._gpu_users.setdefault((n, i), []).append(j.job_id)
@@ -351,6 +358,7 @@ class SlurmBackend(SpaceSharing):
             per = self.shards_per_gpu(n)
             if 0 < used and per - used >= per // 2 > 0:      # room for a pair's smaller half
                 self._partial.setdefault(n, []).extend(self._gpu_users[(n, i)])
+        self._unseen_shards = unseen
         self._adopt_pairs()
         self._check_pairs()
         # a job Slurm runs again starts its refusals afresh
@@ -833,8 +841,8 @@ class SlurmBackend(SpaceSharing):
                 # One pair per node at a time: Slurm gives each half the first GPU with half
                 # its shards free, so two pairs released together can cross (A and C on one
                 # GPU, B and D on another); the next pair goes once this one runs (a poll on).
-                if a.nodes[0] in pairing:
-                    continue
+                if a.nodes[0] in pairing or a.nodes[0] in self._unseen_shards:
+                    continue                  # (a job there holds shards on a GPU not listed: a poll on)
                 partial = self._partial.get(a.nodes[0])
                 if partial:
                     for m in a.jobs:
