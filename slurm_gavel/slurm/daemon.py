@@ -530,6 +530,11 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
+    # Signals that arrive while the daemon starts (the endpoint may already answer) are
+    # kept and handled once it runs: the default action of SIGHUP would end the process.
+    early: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _frame: early.append(signum))
     config = config_mod.load(config_path)
     try:
         log_to(config)
@@ -557,6 +562,8 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
+    for signum in dict.fromkeys(early):
+        (daemon.request_reload if signum == signal.SIGHUP else daemon.request_stop)(signum, None)
     try:
         return daemon.run(max_rounds)
     finally:
