@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Our simulator against Gavel's own, on issue 12's run, alternating in one script.
 
-The run: heterogeneity-aware max-min fairness, Gavel's generator (seed 0),
-one job every 1800 s (2 jobs/h), 36 V100 + 36 P100 + 36 K80, 6-minute
+The run: heterogeneity-aware max-min fairness, seed 0, one job every 1800 s
+(2 jobs/h), 36 V100 + 36 P100 + 36 K80, 6-minute
 rounds, until jobs 4000-4999 are done.  Each simulator runs in a process of
 its own, `nice`d, alternating `--repeat` times; printed per run: CPU seconds
 (user + system of the process, imports included), wall seconds, the 1-minute
 load average after it, and the average JCT the run reports.  Then the ratio
 Gavel / ours of each run of Gavel's to the runs of ours next to it.  The
-machine is noisy: read the ratios of neighbouring runs.
+machine is noisy: read the ratios of neighbouring runs.  Our simulator draws
+its jobs with its own generator (issue 12's "5000-job run") or, with
+`--generator gavel`, exactly the jobs Gavel's run simulates.
 
 Gavel's code is not part of the project.  Export it from its repository
 (`git archive` of stanford-futuredata/gavel) and give its `scheduler/`
@@ -44,8 +46,8 @@ def timed(command: list[str], cwd: Path, env: dict | None = None) -> tuple[float
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall, out.stdout + out.stderr
 
 
-def ours(throughputs: Path) -> tuple[float, float, float]:
-    cpu, wall, out = timed([sys.executable, "-m", "slurm_gavel", "simulate", "--generator", "gavel",
+def ours(throughputs: Path, generator: str) -> tuple[float, float, float]:
+    cpu, wall, out = timed([sys.executable, "-m", "slurm_gavel", "simulate", "--generator", generator,
                             "--policy", "max_min_fairness", "--rate", "2", "--window", "4000:5000",
                             "--throughputs", str(throughputs), "--json", "--quiet"],
                            ROOT, dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -67,6 +69,9 @@ def main() -> int:
     parser.add_argument("--gavel-python", required=True, help="a Python with Gavel's requirements")
     parser.add_argument("--throughputs", type=Path, default=gavel_data("simulation_throughputs.json"))
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--generator", choices=("ours", "gavel"), default="ours",
+                        help="our simulator's jobs: its own generator (issue 12's run, the default) "
+                             "or Gavel's (the very jobs Gavel's run simulates)")
     args = parser.parse_args()
     throughputs = args.throughputs.resolve()
     if not throughputs.exists():
@@ -78,7 +83,8 @@ def main() -> int:
     for i in range(args.repeat):
         order = (("ours", ours), ("Gavel", None)) if i % 2 == 0 else (("Gavel", None), ("ours", ours))
         for name, run in order:
-            cpu, wall, jct = run(throughputs) if run else gavels(args.gavel, args.gavel_python, throughputs)
+            cpu, wall, jct = (run(throughputs, args.generator) if run
+                              else gavels(args.gavel, args.gavel_python, throughputs))
             rows.append((name, cpu, wall))
             print(f"{len(rows):<6} {name:<9} {cpu:7.2f} {wall:7.2f} {os.getloadavg()[0]:5.2f} {jct:9.2f}",
                   flush=True)
