@@ -499,16 +499,12 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_daemon(args) -> int:
-    import os
-    from .slurm import config as config_mod
     from .slurm.daemon import main as daemon_main
+    from .slurm.queue import config_path
 
     if args.max_rounds is not None and args.max_rounds < 1:
         raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")
-    path = args.config
-    if path is None and os.path.exists(config_mod.DEFAULT_PATH):
-        path = config_mod.DEFAULT_PATH
-    return daemon_main(path, dry_run=args.dry_run, max_rounds=args.max_rounds, log_level=args.log_level)
+    return daemon_main(config_path(args), dry_run=args.dry_run, max_rounds=args.max_rounds, log_level=args.log_level)
 
 
 def cmd_queue(args) -> int:

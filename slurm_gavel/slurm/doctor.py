@@ -391,13 +391,14 @@ def table(rows: list[dict]) -> str:
 
 
 def register(commands) -> argparse.ArgumentParser:
+    from .queue import add_config_argument
     p = commands.add_parser(
         "doctor", help="check the cluster's Slurm configuration and gavel.toml against what the "
                        "daemon needs",
         description="Check slurm.conf (as slurmctld runs it), the nodes' GRES, job_submit.lua, "
                     "munge, gavel.toml, the database and the progress directory: one line per "
                     "finding with its fix. Exit code 1 when there is an error. Changes nothing.")
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    add_config_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_doctor)
     return p
@@ -405,8 +406,8 @@ def register(commands) -> argparse.ArgumentParser:
 
 def cmd_doctor(args) -> int:
     from . import config as config_mod
-    path = args.config or (config_mod.DEFAULT_PATH if os.path.exists(config_mod.DEFAULT_PATH) else None)
-    rows = clean(diagnose(config_mod.load(path)))
+    from .queue import config_path
+    rows = clean(diagnose(config_mod.load(config_path(args))))
     errors = sum(r["level"] == "error" for r in rows)
     if args.json:
         from .queue import dumps
