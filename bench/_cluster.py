@@ -1,17 +1,19 @@
 """What the bench scripts on a real local Slurm cluster share (not part of the project).
 
-The cluster (free ports, the repository's job_submit.lua, with GAVEL_SHARDS_PER_GPU and
+Whether a cluster can run here; the cluster (free ports, the repository's job_submit.lua, with GAVEL_SHARDS_PER_GPU and
 gres/shard for space sharing), up for a block and stopped after it; and the median and
 90th-percentile line of a list of timings.
 """
 from __future__ import annotations
 
 import statistics
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from slurm_gavel.slurm.devcluster import DevCluster, default_job_submit_lua, node_list, pick_ports
+from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua, node_list, pick_ports,
+                                          unavailable_reason)
 
 
 def shard_job_submit_lua(directory: Path, shards: int) -> Path:
@@ -21,6 +23,14 @@ def shard_job_submit_lua(directory: Path, shards: int) -> Path:
     path.write_text(default_job_submit_lua().read_text().replace(
         "local GAVEL_SHARDS_PER_GPU = 0\n", f"local GAVEL_SHARDS_PER_GPU = {shards}\n"))
     return path
+
+
+def no_cluster() -> bool:
+    """Whether a local Slurm cluster cannot run here (then said on stderr: the bench exits 2)."""
+    why = unavailable_reason()
+    if why:
+        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    return bool(why)
 
 
 @contextmanager

@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 from slurm_gavel.slurm import config as config_mod  # noqa: E402
 from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
 from slurm_gavel.slurm.store import SqliteStore  # noqa: E402
-from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, slurm_version, unavailable_reason  # noqa: E402
+from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, slurm_version  # noqa: E402
 
-from _cluster import local_cluster  # noqa: E402
+from _cluster import local_cluster, no_cluster  # noqa: E402
 
 SIZES = (1, 2, 4, 8)
 MODELS = {1: "convnet", 2: "language-model", 4: "convnet", 8: "language-model"}
@@ -184,9 +184,7 @@ def main(argv=None) -> int:
                    help="a shard cluster and space_sharing = true: pairs of 1-GPU jobs allowed")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.jobs.split(",")]
-    why = unavailable_reason()
-    if why:
-        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
     with tempfile.TemporaryDirectory(prefix="gavel-mixed-", dir="/tmp") as tmp:
         tmp = Path(tmp)

@@ -33,9 +33,8 @@ from slurm_gavel.core.clock import WallClock  # noqa: E402
 from slurm_gavel.core.mechanism import Assignment, RoundPlan  # noqa: E402
 from slurm_gavel.slurm.backend import SlurmBackend  # noqa: E402
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import unavailable_reason  # noqa: E402
 
-from _cluster import local_cluster, summary  # noqa: E402
+from _cluster import local_cluster, no_cluster, summary  # noqa: E402
 
 TYPES = {"v100": (2, 4)}
 SHARDS = 4
@@ -48,9 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--pairs", type=int, default=4, help="pairs started on one node (at most 4)")
     args = p.parse_args(argv)
-    why = unavailable_reason()
-    if why:
-        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
     with tempfile.TemporaryDirectory(prefix="gavel-pairs-") as tmp, \
             local_cluster(Path(tmp), TYPES, shards=SHARDS) as cluster:

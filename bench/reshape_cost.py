@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, unavailable_reason  # noqa: E402
+from slurm_gavel.slurm.devcluster import DEFAULT_TYPES  # noqa: E402
 
-from _cluster import local_cluster, summary  # noqa: E402
+from _cluster import local_cluster, no_cluster, summary  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -38,9 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=20, help="held jobs of each kind (default 20)")
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
-    why = unavailable_reason()
-    if why:
-        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
     with tempfile.TemporaryDirectory(prefix="gavel-reshape-") as tmp, \
             local_cluster(Path(tmp), DEFAULT_TYPES) as cluster:
