@@ -396,12 +396,25 @@ def _run_config(args, **overrides):
     return RunConfig(**fields)
 
 
-def _check_policy(name: str, space_sharing: bool):
+def _check_policy(name: str, space_sharing: bool, option: str = "--policy"):
     from .policies import make_policy
     try:
         make_policy(name, space_sharing=space_sharing)
     except UnknownPolicyError as err:
-        raise InputError("--policy", str(err)) from None
+        raise InputError(option, str(err)) from None
+
+
+def _policy_list(value: str, space_sharing: bool, unknown: str) -> list[tuple[str, bool]]:
+    """--policies NAME[:agnostic],... -> [(name, agnostic)]; an unknown name is an InputError
+    of option `unknown`."""
+    out = []
+    for item in _replay_names(value):
+        name, _, mod = item.partition(":")
+        if mod not in ("", "agnostic"):
+            raise InputError("--policies", f"{item!r}: the only modifier is ':agnostic'")
+        _check_policy(name, space_sharing, unknown)
+        out.append((name, mod == "agnostic"))
+    return out
 
 
 class _Progress:
@@ -515,13 +528,7 @@ def cmd_queue(args) -> int:
 def cmd_sweep(args) -> int:
     from .sim.experiments import atomic_write, plot_sweep, rows_csv, sweep
 
-    policies = []
-    for item in filter(None, (p.strip() for p in args.policies.split(","))):
-        name, _, mod = item.partition(":")
-        if mod not in ("", "agnostic"):
-            raise InputError("--policies", f"{item!r}: the only modifier is ':agnostic'")
-        _check_policy(name, args.space_sharing)
-        policies.append((name, mod == "agnostic"))
+    policies = _policy_list(args.policies, args.space_sharing, "--policy")
     try:
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -613,19 +620,7 @@ def _replay_names(value: str | None) -> list[str]:
 
 
 def _replay_policies(value: str) -> list[tuple[str, bool]]:
-    from .core.errors import UnknownPolicyError
-    from .policies import make_policy
-
-    out = []
-    for item in _replay_names(value):
-        name, _, mod = item.partition(":")
-        if mod not in ("", "agnostic"):
-            raise InputError("--policies", f"{item!r}: the only modifier is ':agnostic'")
-        try:
-            make_policy(name)
-        except UnknownPolicyError as e:
-            raise InputError("--policies", str(e)) from None
-        out.append((name, mod == "agnostic"))
+    out = _policy_list(value, False, "--policies")
     if not out:
         raise InputError("--policies", "name at least one policy")
     return out
@@ -644,9 +639,8 @@ def cmd_replay(args) -> int:
 
     policies = _replay_policies(args.policies)
     speeds = parse_speeds(args.speeds)
-    for value, option in ((args.round_seconds, "--round"),):
-        if not (value > 0 and math.isfinite(value)):
-            raise InputError(option, f"must be > 0, got {value}")
+    if not (args.round_seconds > 0 and math.isfinite(args.round_seconds)):
+        raise InputError("--round", f"must be > 0, got {args.round_seconds}")
     if not (args.restart_seconds >= 0 and math.isfinite(args.restart_seconds)):
         raise InputError("--restart-seconds", f"must be >= 0, got {args.restart_seconds}")
     if args.max_rounds is not None and args.max_rounds < 1:
