@@ -177,3 +177,25 @@ def test_a_failed_solve_raises_solver_error(failing_highs):
     inner(policy).solvers = ()                       # and no solver to fall back to
     with pytest.raises(SolverError, match="no optimal solution"):
         policy.allocate(random_input(np.random.default_rng(4), 6, 2))
+
+
+def test_the_primal_simplex_only_where_the_rates_are_within_its_range():
+    """The primal simplex is picked for well-scaled rates and gives the dual's X there; on
+    rates many orders apart (where it can stop at a wrong optimum) the dual is kept."""
+    from slurm_gavel.policies import direct
+    rng = np.random.default_rng(3)
+    solo = rng.uniform(0.1, 5.0, (12, 3))
+    coef = rng.uniform(0.5, 2.0, 12)
+    assert direct._strategy(coef[:, None] * solo) == direct.PRIMAL
+    assert direct._strategy(np.array([[1e-11, 0.0], [1.0, 2.0]])) == direct.DUAL
+    assert direct._strategy(np.zeros((2, 2))) == direct.DUAL
+    args = (coef, solo, solo > 0, np.array([4.0, 6.0, 2.0]), np.ones(12), np.ones(12))
+    chosen = direct.max_min(*args, second=solo)
+    real = direct._solve
+    try:
+        direct._solve = lambda *a: real(*a[:8], direct.DUAL)
+        dual = direct.max_min(*args, second=solo)
+    finally:
+        direct._solve = real
+    assert chosen is not None and dual is not None
+    assert np.allclose(chosen.x, dual.x, atol=1e-9) and chosen.value == pytest.approx(dual.value, rel=1e-9)

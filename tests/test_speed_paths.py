@@ -184,10 +184,10 @@ def test_max_min_arrays_built_in_place_are_the_pattern_and_values_of_the_plain_b
     captured = {}
     real = direct._solve
 
-    def spy(n_x, n_rows, cost, col_upper, row_upper, start, index, value):
+    def spy(n_x, n_rows, cost, col_upper, row_upper, start, index, value, *strategy):
         captured.update(cost=cost.copy(), col_upper=col_upper.copy(), row_upper=row_upper.copy(),
                         start=start.copy(), index=index.copy(), value=value.copy())
-        return real(n_x, n_rows, cost, col_upper, row_upper, start, index, value)
+        return real(n_x, n_rows, cost, col_upper, row_upper, start, index, value, *strategy)
 
     direct._solve = spy
     try:
@@ -296,3 +296,19 @@ def test_rounds_renewed_without_planning_give_the_same_run(monkeypatch, mid_roun
     assert {k: (r.finish, r.starts, r.seconds, r.steps_done) for k, r in skipping.results.items()} == \
         {k: (r.finish, r.starts, r.seconds, r.steps_done) for k, r in every.results.items()}
     assert skipping.busy_gpu_seconds == every.busy_gpu_seconds
+
+
+def test_the_ledger_keeps_nothing_of_jobs_that_left():
+    """A job that departs is forgotten, and a later reset must not carry its rows' deficits
+    back in: on a long run they piled up (hundreds of dead rows, each departure scanning them)."""
+    engine, backend = _engine(MemoryStore(keep_rounds=False))
+    seen_alive = False
+    for _ in range(400):
+        engine.step()
+        alive = set(backend.active_ids())
+        seen_alive = seen_alive or bool(engine.ledger.jobs & alive)
+        assert engine.ledger.jobs <= alive
+        if not alive:
+            break
+    assert seen_alive and not backend.active_ids()
+    assert engine.ledger.jobs == set()

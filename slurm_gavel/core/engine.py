@@ -412,7 +412,7 @@ class Engine:
                                else Allocation((), self.worker_types, np.zeros((0, len(self.worker_types))),
                                                policy=INTERIM))
             if now - self._last_reset >= self.min_reset_seconds:
-                self.ledger.reset(*self._owed(before, now))
+                self.ledger.reset(*self._owed(before, now, job_ids))
                 self._last_reset = now
             self._record(self.store.allocation, self.round, now, self.allocation, solved is not None)
             self.record_pending()
@@ -427,9 +427,11 @@ class Engine:
                                 and j.placement is not None and j.placement.restricts}
         return job_ids
 
-    def _owed(self, allocation: Allocation | None, now: float) -> tuple[list, float]:
+    def _owed(self, allocation: Allocation | None, now: float, live: Sequence[str]) -> tuple[list, float]:
         """What each row of the allocation in force until now was still owed since the last
         reset (X times the interval, minus what it received), and the bound on it.
+        Rows with a job no longer among the `live` ones are left out: it departed, and the
+        ledger has forgotten it.
 
         Carried over the reset (Gavel's deficits), so that the hysteresis that
         keeps jobs where they are costs fidelity only for a while: a job kept on
@@ -441,7 +443,8 @@ class Engine:
             return [], cap
         rows = allocation.rows
         owed = allocation.x_rows * (now - self._last_reset) - self.ledger.since_reset(rows)
-        return list(zip(rows, owed.tolist())), cap
+        live = set(live)
+        return [(row, o) for row, o in zip(rows, owed.tolist()) if live.issuperset(row)], cap
 
     def _usable_for(self, allocation: Allocation) -> np.ndarray | None:
         """(n, k) where each job of `allocation` can run: its throughput there over its best, 0 if not.

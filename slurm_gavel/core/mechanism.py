@@ -231,6 +231,11 @@ class Ledger:
             for j, s in enumerate(seconds):
                 acc[j] = min(cap, max(-cap, acc[j] + float(s)))
 
+    @property
+    def jobs(self) -> set[str]:
+        """Every job the ledger holds time or a deficit for (what `forget` has not dropped)."""
+        return set(self._total).union(*self._since_reset, *self._owed)
+
     def forget(self, job: str):
         """Drop a job that left the system (completed, cancelled)."""
         self._total.pop(job, None)

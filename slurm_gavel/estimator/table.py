@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -168,9 +169,16 @@ class ThroughputTable:
         atomic_write(Path(path), json.dumps(self.to_gavel_dict(), indent=4) + "\n")
 
 
+@lru_cache(maxsize=4096)
+def _literal(text: str):
+    """ast.literal_eval, kept: a table names each job key once per type and per pair (a
+    file of Gavel's has 10,000 of them and a few hundred different ones)."""
+    return ast.literal_eval(text)
+
+
 def _parse_job_key(text, where) -> JobKey:
     try:
-        value = ast.literal_eval(text)
+        value = _literal(text) if isinstance(text, str) else ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise InputError(where, "job key is not a Python tuple literal like \"('ResNet-50 (batch size 64)', 4)\"") from None
     if (not isinstance(value, tuple) or len(value) != 2 or not isinstance(value[0], str)
