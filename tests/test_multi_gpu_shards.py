@@ -131,3 +131,64 @@ def test_the_dev_cluster_takes_select_parameters_and_refuses_other_text(tmp_path
     for bad in ("CR_Core\nSlurmUser=x", "lower", "A,,B", "A B"):
         with pytest.raises(InputError, match="select_parameters"):
             DevCluster(tmp_path / "c", {"v100": (1, 4)}, select_parameters=bad)
+
+
+def test_with_multiple_sharing_a_lone_one_gpu_job_spreads_over_two_half_used_gpus_and_doctor_warns(c):
+    """Why `slurm-gavel doctor` warns about MULTIPLE_SHARING_GRES_PJ with space sharing: a
+    one-GPU gavel job (a GPU's 4 shards) that finds no GPU with 4 free takes 2 + 2 from two
+    half-used GPUs, beside two other jobs (without the flag it waits)."""
+    from slurm_gavel.slurm.commands import SlurmCLI
+    from slurm_gavel.slurm.doctor import check_sharing_select
+    fill = [sbatch(c, f"--gres=shard:{SHARDS // 2}") for _ in range(3)]     # GPU 0 full, GPU 1 half
+    fill += [sbatch(c, f"--gres=shard:{SHARDS}") for _ in range(2)]          # GPUs 2 and 3 full
+    seen = running(c, fill)
+    assert sorted(seen[j][0] for j in fill) == ["shard:2(0/4,2/4,0/4,0/4)", "shard:2(2/4,0/4,0/4,0/4)",
+                                                "shard:2(2/4,0/4,0/4,0/4)", "shard:4(0/4,0/4,0/4,4/4)",
+                                                "shard:4(0/4,0/4,4/4,0/4)"], seen
+    c.run(["scancel", fill[1]])                                              # GPU 0 half free
+    lone = sbatch(c, f"--gres=shard:{SHARDS}")
+    assert running(c, [lone])[lone] == ("shard:4(2/4,2/4,0/4,0/4)", "0,1 0,1 4")
+    found = check_sharing_select(SlurmCLI(env=c.env).config(), space_sharing=True)
+    assert [f["check"] for f in found] == ["space_sharing"]
+    assert "MULTIPLE_SHARING_GRES_PJ" in found[0]["finding"]
+
+
+def test_doctor_names_the_select_flags_that_break_pairs_only_with_space_sharing():
+    from slurm_gavel.slurm.doctor import check_sharing_select
+    both = {"SelectTypeParameters": "CR_CORE,LL_SHARED_GRES,MULTIPLE_SHARING_GRES_PJ"}
+    assert check_sharing_select(both, space_sharing=False) == []
+    found = check_sharing_select(both, space_sharing=True)
+    assert [f["level"] for f in found] == ["warning", "warning"]
+    assert "LL_SHARED_GRES" in found[0]["finding"] and "MULTIPLE_SHARING_GRES_PJ" in found[1]["finding"]
+    assert check_sharing_select({"SelectTypeParameters": "CR_CORE_MEMORY"}, space_sharing=True) == []
+    assert check_sharing_select({}, space_sharing=True) == []
+
+
+@pytest.fixture(scope="module")
+def least_loaded_cluster(tmp_path_factory):
+    require_slurm()
+    if slurm_version()[:2] < (23, 11):
+        pytest.skip("LL_SHARED_GRES is Slurm 23.11+")
+    ctld, slurmd = pick_ports(1)
+    cluster = DevCluster(tmp_path_factory.mktemp("llshard"), {"v100": (1, 4)}, ctld_port=ctld,
+                         slurmd_port=slurmd, shards=SHARDS, select_parameters="LL_SHARED_GRES")
+    cluster.up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def test_with_least_loaded_sharing_a_pair_released_together_splits(least_loaded_cluster, tmp_path):
+    """Why doctor warns about LL_SHARED_GRES with space sharing: the daemon's pair (two held
+    jobs of half a GPU's shards, released in one call) lands on two GPUs."""
+    c = least_loaded_cluster
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    c.dir = tmp_path
+    try:
+        jobs = [sbatch(c, "-H", f"--gres=shard:{SHARDS // 2}") for _ in range(2)]
+        c.run(["scontrol", "release", ",".join(jobs)])
+        seen = running(c, jobs)
+        assert sorted(seen[j][1] for j in jobs) == ["0 0 2", "1 1 2"], seen
+    finally:
+        c.run(["scancel", "--user", "root"], check=False)
