@@ -721,8 +721,8 @@ def test_both_backends_offer_the_same_pairs_and_decide_alike(slurm_shard_cluster
         slurm.close()
     assert seen["slurm"] == seen["simulated"]
     assert [rows for rows, _ in seen["slurm"]["pair_rows"]] == [(0, 1)]
-    # the limit is what makes them alike: unlimited, two-GPU jobs are offered pairs (all six
-    # of the four) and some get a share there, which Slurm could never run
+    # the limit is what makes them alike: unlimited, the four two-GPU jobs are offered their
+    # six pairs too, and one of them gets a share, which Slurm could never run
     gavel_rows = [rows for rows, _ in seen["gavel"]["pair_rows"]]
     assert len(gavel_rows) == 7 and (2, 3) in gavel_rows
     assert any(rows != (0, 1) and any(v > 0 for _, v in x) for rows, x in seen["gavel"]["x_pairs"])
