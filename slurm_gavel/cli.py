@@ -149,6 +149,9 @@ def _workload_options(p):
                    help="simulated seconds each policy solve takes; rounds go on meanwhile")
     p.add_argument("--prices", metavar="TYPE=$/h,...", help="GPU prices, for the cost line")
     p.add_argument("--space-sharing", action="store_true", help="let pairs of jobs share GPUs")
+    p.add_argument("--max-pair-gpus", type=int, metavar="N",
+                   help="with --space-sharing, pair only jobs of at most N GPUs each; 1 is what "
+                        "the Slurm backend runs (default: any size, as Gavel's simulator)")
     p.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds")
     p.add_argument("--reset-interval", type=float, default=1920.0, metavar="S", dest="reset_seconds",
                    help="restart the mechanism's since-reset time at most this often "
@@ -377,6 +380,7 @@ def _run_config(args, **overrides):
     _positive(args.solver_delay, "--solver-delay", allow_zero=True)
     _positive(args.gpus_per_node, "--gpus-per-node")
     _positive(args.reset_seconds, "--reset-interval", allow_zero=True)
+    _positive(args.max_pair_gpus, "--max-pair-gpus")
     if args.jobs is not None and args.jobs < 1:
         raise InputError("--jobs", f"must be >= 1, got {args.jobs}")
     prices = _pairs(args.prices, "--prices", float)
@@ -390,7 +394,8 @@ def _run_config(args, **overrides):
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
                   carry_owed=args.carry_owed, mid_round_starts=args.mid_round_starts,
                   solver_delay=args.solver_delay,
-                  space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
+                  space_sharing=args.space_sharing, max_pair_gpus=args.max_pair_gpus,
+                  prices=prices, max_rounds=args.max_rounds,
                   reset_seconds=args.reset_seconds)
     fields.update(overrides)
     return RunConfig(**fields)
