@@ -48,8 +48,9 @@ sys.path.insert(0, str(ROOT))
 from slurm_gavel.slurm import config as config_mod  # noqa: E402
 from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
 from slurm_gavel.slurm.store import SqliteStore  # noqa: E402
-from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster, default_job_submit_lua,  # noqa: E402
-                                          node_list, pick_ports, slurm_version, unavailable_reason)
+from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, slurm_version  # noqa: E402
+
+from _cluster import local_cluster, no_cluster  # noqa: E402
 
 SIZES = (1, 2, 4, 8)
 MODELS = {1: "convnet", 2: "language-model", 4: "convnet", 8: "language-model"}
@@ -183,27 +184,15 @@ def main(argv=None) -> int:
                    help="a shard cluster and space_sharing = true: pairs of 1-GPU jobs allowed")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.jobs.split(",")]
-    why = unavailable_reason()
-    if why:
-        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
     with tempfile.TemporaryDirectory(prefix="gavel-mixed-", dir="/tmp") as tmp:
         tmp = Path(tmp)
         (tmp / "progress").mkdir()
         (tmp / "job.sh").write_text(JOB)
-        lua, shards = default_job_submit_lua(), 0
-        if args.space_sharing:             # 1-GPU gavel jobs ask a whole GPU's shards
-            lua, shards = tmp / "job_submit.lua", SHARDS
-            lua.write_text(default_job_submit_lua().read_text().replace(
-                "local GAVEL_SHARDS_PER_GPU = 0\n", f"local GAVEL_SHARDS_PER_GPU = {SHARDS}\n"))
-        ctld, slurmd = pick_ports(len(node_list(DEFAULT_TYPES)))
-        cluster = DevCluster(tmp / "c", DEFAULT_TYPES, ctld_port=ctld, slurmd_port=slurmd,
-                             job_submit_lua=lua, shards=shards)
-        cluster.up()
-        try:
+        # --space-sharing: 1-GPU gavel jobs ask a whole GPU's shards
+        with local_cluster(tmp, DEFAULT_TYPES, shards=SHARDS if args.space_sharing else 0) as cluster:
             return _run(cluster, tmp, counts, args)
-        finally:
-            cluster.down()
 
 
 def _run(cluster, tmp: Path, counts, args) -> int:

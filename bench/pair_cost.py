@@ -21,7 +21,6 @@ Needs root, Slurm and MUNGE (as the tests do).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -34,8 +33,8 @@ from slurm_gavel.core.clock import WallClock  # noqa: E402
 from slurm_gavel.core.mechanism import Assignment, RoundPlan  # noqa: E402
 from slurm_gavel.slurm.backend import SlurmBackend  # noqa: E402
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua, node_list,  # noqa: E402
-                                          pick_ports, unavailable_reason)
+
+from _cluster import local_cluster, no_cluster, summary  # noqa: E402
 
 TYPES = {"v100": (2, 4)}
 SHARDS = 4
@@ -48,35 +47,18 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--pairs", type=int, default=4, help="pairs started on one node (at most 4)")
     args = p.parse_args(argv)
-    why = unavailable_reason()
-    if why:
-        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
-    with tempfile.TemporaryDirectory(prefix="gavel-pairs-") as tmp:
-        lua = Path(tmp) / "job_submit.lua"
-        lua.write_text(default_job_submit_lua().read_text().replace(
-            "local GAVEL_SHARDS_PER_GPU = 0\n", f"local GAVEL_SHARDS_PER_GPU = {SHARDS}\n"))
-        ctld, slurmd = pick_ports(len(node_list(TYPES)))
-        cluster = DevCluster(Path(tmp) / "c", TYPES, ctld_port=ctld, slurmd_port=slurmd,
-                             job_submit_lua=lua, shards=SHARDS)
-        cluster.up()
-        try:
-            _updates(cluster, args.jobs, args.rounds)
-            return _starts(cluster, min(4, args.pairs))
-        finally:
-            cluster.down()
+    with tempfile.TemporaryDirectory(prefix="gavel-pairs-") as tmp, \
+            local_cluster(Path(tmp), TYPES, shards=SHARDS) as cluster:
+        _updates(cluster, args.jobs, args.rounds)
+        return _starts(cluster, min(4, args.pairs))
 
 
 def _submit(cluster, script: str = "sleep 1") -> str:
     out = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "--comment", "gavel model=convnet",
                        "--gres=gpu:1", f"--wrap={script}"], cwd="/tmp").stdout
     return out.strip().split(";")[0]
-
-
-def _summary(values: list[float]) -> str:
-    values = sorted(values)
-    p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
-    return f"median {statistics.median(values) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms"
 
 
 def _updates(cluster, jobs: int, rounds: int) -> None:
@@ -98,7 +80,7 @@ def _updates(cluster, jobs: int, rounds: int) -> None:
     print(f"Slurm {'.'.join([str(v[0]), *(f'{x:02d}' for x in v[1:2]), *map(str, v[2:])])}: {jobs} held one-GPU jobs, {rounds} rounds, "
           "one `scontrol update` per start")
     for kind, values in seconds.items():
-        print(f"  {kind:7} {len(values):4} updates, {_summary(values)}")
+        print(f"  {kind:7} {len(values):4} updates, {summary(values)}")
     cluster.run(["scancel", *held], check=False)
 
 

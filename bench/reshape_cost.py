@@ -19,7 +19,6 @@ kind.  Needs root, Slurm and MUNGE (as the tests do).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -29,8 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster, default_job_submit_lua,  # noqa: E402
-                                          node_list, pick_ports, unavailable_reason)
+from slurm_gavel.slurm.devcluster import DEFAULT_TYPES  # noqa: E402
+
+from _cluster import local_cluster, no_cluster, summary  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -38,19 +38,11 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=20, help="held jobs of each kind (default 20)")
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
-    why = unavailable_reason()
-    if why:
-        print(f"needs a local Slurm cluster: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
-    with tempfile.TemporaryDirectory(prefix="gavel-reshape-") as tmp:
-        ctld, slurmd = pick_ports(len(node_list(DEFAULT_TYPES)))
-        cluster = DevCluster(Path(tmp) / "c", DEFAULT_TYPES, ctld_port=ctld, slurmd_port=slurmd,
-                             job_submit_lua=default_job_submit_lua())
-        cluster.up()
-        try:
-            return _measure(cluster, args.jobs, args.rounds)
-        finally:
-            cluster.down()
+    with tempfile.TemporaryDirectory(prefix="gavel-reshape-") as tmp, \
+            local_cluster(Path(tmp), DEFAULT_TYPES) as cluster:
+        return _measure(cluster, args.jobs, args.rounds)
 
 
 def _submit(cluster, request) -> str:
@@ -82,10 +74,8 @@ def _measure(cluster, jobs: int, rounds: int) -> int:
     version = ".".join(map(str, cli.version()))
     print(f"Slurm {version}: {jobs} held jobs of each kind, {rounds} rounds")
     for kind, values in seconds.items():
-        values.sort()
-        p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
         print(f"  {kind:8} {len(values):4} updates, {calls[kind] / len(values):.2f} Slurm calls each, "
-              f"median {statistics.median(values) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms")
+              f"{summary(values)}")
     cluster.run(["scancel", *plain, *wide], check=False)
     return 0
 

@@ -149,6 +149,9 @@ def _workload_options(p):
                    help="simulated seconds each policy solve takes; rounds go on meanwhile")
     p.add_argument("--prices", metavar="TYPE=$/h,...", help="GPU prices, for the cost line")
     p.add_argument("--space-sharing", action="store_true", help="let pairs of jobs share GPUs")
+    p.add_argument("--max-pair-gpus", type=int, metavar="N",
+                   help="with --space-sharing, pair only jobs of at most N GPUs each; 1 is what "
+                        "the Slurm backend runs (default: any size, as Gavel's simulator)")
     p.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds")
     p.add_argument("--reset-interval", type=float, default=1920.0, metavar="S", dest="reset_seconds",
                    help="restart the mechanism's since-reset time at most this often "
@@ -377,6 +380,7 @@ def _run_config(args, **overrides):
     _positive(args.solver_delay, "--solver-delay", allow_zero=True)
     _positive(args.gpus_per_node, "--gpus-per-node")
     _positive(args.reset_seconds, "--reset-interval", allow_zero=True)
+    _positive(args.max_pair_gpus, "--max-pair-gpus")
     if args.jobs is not None and args.jobs < 1:
         raise InputError("--jobs", f"must be >= 1, got {args.jobs}")
     prices = _pairs(args.prices, "--prices", float)
@@ -390,18 +394,32 @@ def _run_config(args, **overrides):
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
                   carry_owed=args.carry_owed, mid_round_starts=args.mid_round_starts,
                   solver_delay=args.solver_delay,
-                  space_sharing=args.space_sharing, prices=prices, max_rounds=args.max_rounds,
+                  space_sharing=args.space_sharing, max_pair_gpus=args.max_pair_gpus,
+                  prices=prices, max_rounds=args.max_rounds,
                   reset_seconds=args.reset_seconds)
     fields.update(overrides)
     return RunConfig(**fields)
 
 
-def _check_policy(name: str, space_sharing: bool):
+def _check_policy(name: str, space_sharing: bool, option: str = "--policy"):
     from .policies import make_policy
     try:
         make_policy(name, space_sharing=space_sharing)
     except UnknownPolicyError as err:
-        raise InputError("--policy", str(err)) from None
+        raise InputError(option, str(err)) from None
+
+
+def _policy_list(value: str, space_sharing: bool, unknown: str) -> list[tuple[str, bool]]:
+    """--policies NAME[:agnostic],... -> [(name, agnostic)]; an unknown name is an InputError
+    of option `unknown`."""
+    out = []
+    for item in _replay_names(value):
+        name, _, mod = item.partition(":")
+        if mod not in ("", "agnostic"):
+            raise InputError("--policies", f"{item!r}: the only modifier is ':agnostic'")
+        _check_policy(name, space_sharing, unknown)
+        out.append((name, mod == "agnostic"))
+    return out
 
 
 class _Progress:
@@ -499,16 +517,12 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_daemon(args) -> int:
-    import os
-    from .slurm import config as config_mod
     from .slurm.daemon import main as daemon_main
+    from .slurm.queue import config_path
 
     if args.max_rounds is not None and args.max_rounds < 1:
         raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")
-    path = args.config
-    if path is None and os.path.exists(config_mod.DEFAULT_PATH):
-        path = config_mod.DEFAULT_PATH
-    return daemon_main(path, dry_run=args.dry_run, max_rounds=args.max_rounds, log_level=args.log_level)
+    return daemon_main(config_path(args), dry_run=args.dry_run, max_rounds=args.max_rounds, log_level=args.log_level)
 
 
 def cmd_queue(args) -> int:
@@ -519,13 +533,7 @@ def cmd_queue(args) -> int:
 def cmd_sweep(args) -> int:
     from .sim.experiments import atomic_write, plot_sweep, rows_csv, sweep
 
-    policies = []
-    for item in filter(None, (p.strip() for p in args.policies.split(","))):
-        name, _, mod = item.partition(":")
-        if mod not in ("", "agnostic"):
-            raise InputError("--policies", f"{item!r}: the only modifier is ':agnostic'")
-        _check_policy(name, args.space_sharing)
-        policies.append((name, mod == "agnostic"))
+    policies = _policy_list(args.policies, args.space_sharing, "--policy")
     try:
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -617,19 +625,7 @@ def _replay_names(value: str | None) -> list[str]:
 
 
 def _replay_policies(value: str) -> list[tuple[str, bool]]:
-    from .core.errors import UnknownPolicyError
-    from .policies import make_policy
-
-    out = []
-    for item in _replay_names(value):
-        name, _, mod = item.partition(":")
-        if mod not in ("", "agnostic"):
-            raise InputError("--policies", f"{item!r}: the only modifier is ':agnostic'")
-        try:
-            make_policy(name)
-        except UnknownPolicyError as e:
-            raise InputError("--policies", str(e)) from None
-        out.append((name, mod == "agnostic"))
+    out = _policy_list(value, False, "--policies")
     if not out:
         raise InputError("--policies", "name at least one policy")
     return out
@@ -648,9 +644,8 @@ def cmd_replay(args) -> int:
 
     policies = _replay_policies(args.policies)
     speeds = parse_speeds(args.speeds)
-    for value, option in ((args.round_seconds, "--round"),):
-        if not (value > 0 and math.isfinite(value)):
-            raise InputError(option, f"must be > 0, got {value}")
+    if not (args.round_seconds > 0 and math.isfinite(args.round_seconds)):
+        raise InputError("--round", f"must be > 0, got {args.round_seconds}")
     if not (args.restart_seconds >= 0 and math.isfinite(args.restart_seconds)):
         raise InputError("--restart-seconds", f"must be >= 0, got {args.restart_seconds}")
     if args.max_rounds is not None and args.max_rounds < 1:

@@ -13,6 +13,7 @@ slurmdbd; sacct, sacctmgr, associations enforced), started only when a test asks
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -51,18 +52,25 @@ def require_slurm(accounting: bool = False):
         pytest.skip(f"needs a local Slurm cluster: {reason}")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    require_slurm()
-    # Random free ports in 20000-30000: never the defaults of `slurm-gavel cluster up`.
-    ctld_port, slurmd_port = pick_ports(len(node_list(DEFAULT_TYPES)))
-    cluster = DevCluster(tmp_path_factory.mktemp("slurm"), DEFAULT_TYPES, ctld_port=ctld_port,
-                         slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua())
+@contextlib.contextmanager
+def running_cluster(directory, types, **kw):
+    """A DevCluster of `types` in `directory` on random free ports in 20000-30000 (never the
+    defaults of `slurm-gavel cluster up`), up for the block and stopped after it."""
+    ctld_port, slurmd_port = pick_ports(len(node_list(types)))
+    cluster = DevCluster(directory, types, ctld_port=ctld_port, slurmd_port=slurmd_port, **kw)
     cluster.up()          # cleans up after itself when it fails
     try:
         yield cluster
     finally:
         cluster.down()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    require_slurm()
+    with running_cluster(tmp_path_factory.mktemp("slurm"), DEFAULT_TYPES,
+                         job_submit_lua=default_job_submit_lua()) as cluster:
+        yield cluster
 
 
 ACCOUNTING_TYPES = {"v100": (1, 4), "k80": (1, 4)}
@@ -86,26 +94,15 @@ def shard_job_submit_lua(directory) -> str:
 @pytest.fixture(scope="session")
 def slurm_shard_cluster(tmp_path_factory):
     require_slurm()
-    ctld_port, slurmd_port = pick_ports(len(node_list(SHARD_TYPES)))
     lua = shard_job_submit_lua(tmp_path_factory.mktemp("shard-lua"))
-    cluster = DevCluster(tmp_path_factory.mktemp("shard"), SHARD_TYPES, ctld_port=ctld_port,
-                         slurmd_port=slurmd_port, job_submit_lua=lua, shards=SHARDS_PER_GPU)
-    cluster.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("shard"), SHARD_TYPES, job_submit_lua=lua,
+                         shards=SHARDS_PER_GPU) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture(scope="session")
 def slurm_accounting_cluster(tmp_path_factory):
     require_slurm(accounting=True)
-    ctld_port, slurmd_port = pick_ports(len(node_list(ACCOUNTING_TYPES)))
-    cluster = DevCluster(tmp_path_factory.mktemp("acct"), ACCOUNTING_TYPES, ctld_port=ctld_port,
-                         slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua(),
-                         accounting=True)
-    cluster.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("acct"), ACCOUNTING_TYPES,
+                         job_submit_lua=default_job_submit_lua(), accounting=True) as cluster:
         yield cluster
-    finally:
-        cluster.down()

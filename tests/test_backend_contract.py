@@ -128,18 +128,20 @@ class SimulatedHarness(Harness):
     tolerance = 1e-6
     stop_seconds = 0.0
 
-    def __init__(self):
+    def __init__(self, cluster: dict[str, int] | None = None, max_pair_gpus: int | None = None):
         super().__init__()
         self.clock = SimulatedClock(1000.0)
         self._trace: list[TraceJob] = []
         self._backend = None
+        self._cluster = cluster or {wt: SERVERS_PER_TYPE * GPUS_PER_SERVER for wt in TYPES}
+        self._max_pair_gpus = max_pair_gpus
 
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = SimulatedCluster(self._trace, _table(), {wt: SERVERS_PER_TYPE * GPUS_PER_SERVER
-                                                                     for wt in TYPES},
-                                             self.clock, gpus_per_node=GPUS_PER_SERVER)
+            self._backend = SimulatedCluster(self._trace, _table(), self._cluster, self.clock,
+                                             gpus_per_node=GPUS_PER_SERVER,
+                                             max_pair_gpus=self._max_pair_gpus)
         return self._backend
 
     def submit(self, gpus: int, long: bool = True, distributed: bool = False) -> str:
@@ -276,11 +278,18 @@ def harness(request, tmp_path):
         h.close()
 
 
+def slurm_max_pair_gpus() -> int | None:
+    """What pair rows the Slurm backend runs (core/backend.py): the simulator mimics it here."""
+    from slurm_gavel.slurm.backend import SlurmBackend
+    return SlurmBackend.max_pair_gpus
+
+
 @pytest.fixture(params=["simulated", "slurm"])
 def pair_harness(request, tmp_path):
-    """A harness for space sharing: on Slurm, the cluster with gres/shard (conftest.py)."""
+    """A harness for space sharing: on Slurm, the cluster with gres/shard (conftest.py); the
+    simulated cluster pairs what the Slurm backend can (`max_pair_gpus`)."""
     if request.param == "simulated":
-        h = SimulatedHarness()
+        h = SimulatedHarness(max_pair_gpus=slurm_max_pair_gpus())
     else:
         h = SlurmHarness(request.getfixturevalue("slurm_shard_cluster"), tmp_path)
     try:
@@ -617,3 +626,103 @@ def test_a_pair_runs_together_on_one_gpu_is_credited_as_a_pair_and_stops_togethe
     obs = h.observe_until(is_running(second, "v100"), f"job {second} running alone")
     assert running_on(obs, second) == [alone] and running_on(obs, first) == []
     assert h.starts(second) == 2
+
+
+# -- which pairs the policy is offered (issue 13 §2: the daemon and the simulator decide alike) --
+PAIR_SIZES = (1, 1, 2, 2, 2, 2)     # two one-GPU jobs, four two-GPU jobs: more GPUs than 8
+
+
+def _pair_table() -> ThroughputTable:
+    # one step per second alone; 0.9 each while paired (a pair makes 1.8): sharing pays
+    return ThroughputTable.from_gavel_dict(
+        {wt: {f"('{MODEL}', {sf})": {"null": 1.0, f"('{MODEL}', {sf})": [0.9, 0.9]} for sf in (1, 2, 4, 8)}
+         for wt in TYPES})
+
+
+def _pair_engine(h: Harness):
+    from slurm_gavel.core.engine import Engine
+    from slurm_gavel.core.recompute import Immediate
+    from slurm_gavel.core.store import MemoryStore
+    from slurm_gavel.estimator.table import TableThroughputs
+    from slurm_gavel.policies import make_policy
+    return Engine(h.clock, h.backend, Immediate(make_policy("max_min_fairness_packed")),
+                  TableThroughputs(_pair_table()), MemoryStore(), ROUND, space_sharing=True)
+
+
+def _by_submission(engine, plan, jobs: list[str]) -> dict:
+    """The engine's policy input, allocation and round plan with every job named by its
+    submission index (the backends name jobs differently) and worker types by name."""
+    index = {job: i for i, job in enumerate(jobs)}
+    inp, alloc = engine.input, engine.allocation
+    order = [index[j] for j in inp.job_ids]
+    col = {wt: c for c, wt in enumerate(inp.worker_types)}
+
+    def per_type(row) -> dict:
+        return {wt: round(float(row[c]), 6) for wt, c in col.items()}
+
+    def row(a: Assignment):
+        return (tuple(sorted(index[j] for j in a.jobs)), a.worker_type, a.servers)
+
+    return {
+        "counts": per_type(inp.counts),
+        "jobs": sorted((order[i], int(inp.scale_factors[i]), tuple(per_type(inp.throughputs[i]).items()))
+                       for i in range(inp.n_jobs)),
+        "pair_rows": sorted((tuple(sorted((order[a], order[b]))),
+                             tuple(sorted((wt, tuple(inp.pair_throughputs[r, c])) for wt, c in col.items())))
+                            for r, (a, b) in enumerate(inp.pair_jobs.tolist())),
+        "x": sorted((index[alloc.job_ids[i]], tuple(per_type(alloc.x[i]).items()))
+                    for i in range(len(alloc.job_ids))),
+        "x_pairs": sorted((tuple(sorted((index[alloc.job_ids[a]], index[alloc.job_ids[b]]))),
+                           tuple(per_type(alloc.x_pairs[r]).items()))
+                          for r, (a, b) in enumerate(alloc.pair_jobs.tolist())),
+        "start": sorted(map(row, plan.start)),
+    }
+
+
+def test_a_multi_gpu_pair_is_never_offered_to_the_policy_nor_started(pair_harness):
+    """The pair rows the policy sees are the pairs the backend runs: on Slurm (and the
+    simulator mimicking it) one-GPU jobs only, so the two-GPU jobs get no pair share and
+    each runs alone on its GPUs; the one-GPU pair row is offered as before."""
+    h = pair_harness
+    jobs = [h.submit(g) for g in PAIR_SIZES]
+    h.observe_until(lambda o: set(jobs) <= set(ids(o)), "all jobs observed")
+    engine = _pair_engine(h)
+    plan = engine.plan()
+    seen = _by_submission(engine, plan, jobs)
+    assert [rows for rows, _ in seen["pair_rows"]] == [(0, 1)]
+    assert [rows for rows, _ in seen["x_pairs"]] in ([], [(0, 1)])
+    multi = [a for a in plan.start if len(a.jobs) > 1 and a.gpus > 1]
+    assert multi == [] and plan.start
+    # what the backend runs: every started row as planned, no two-GPU job beside a partner
+    obs = h.observe_until(lambda o: all(a in o.running for a in plan.start), "the plan running")
+    assert all(len(a.jobs) == 1 or a.gpus == 1 for a in obs.running)
+
+
+def test_both_backends_offer_the_same_pairs_and_decide_alike(slurm_shard_cluster, tmp_path):
+    """Issue 13 §2: the same jobs on the Slurm shard cluster and on a simulated cluster of
+    its shape (told the Slurm backend's `max_pair_gpus`) give the policy the same input and
+    the round the same allocation and plan; without the limit (Gavel's simulator) the
+    two-GPU jobs would be offered pair rows, and the policy gives one of them a share."""
+    slurm = SlurmHarness(slurm_shard_cluster, tmp_path)
+    # conftest.SHARD_TYPES: one node of 4 GPUs per type, the types in the Slurm backend's order
+    # (the same input: the policy's LP may break ties by column order)
+    shape = {wt: GPUS_PER_SERVER for wt in slurm.backend.worker_types}
+    assert sorted(shape) == ["k80", "v100"]
+    seen = {}
+    try:
+        for name, h in (("gavel", SimulatedHarness(shape)),
+                        ("simulated", SimulatedHarness(shape, slurm_max_pair_gpus())),
+                        ("slurm", slurm)):
+            jobs = [h.submit(g) for g in PAIR_SIZES]
+            h.observe_until(lambda o: set(jobs) <= set(ids(o)), "all jobs observed")
+            engine = _pair_engine(h)
+            seen[name] = _by_submission(engine, engine.plan(), jobs)
+    finally:
+        slurm.close()
+    assert seen["slurm"] == seen["simulated"]
+    assert [rows for rows, _ in seen["slurm"]["pair_rows"]] == [(0, 1)]
+    # the limit is what makes them alike: unlimited, the four two-GPU jobs are offered their
+    # six pairs too, and one of them gets a share, which Slurm could never run
+    gavel_rows = [rows for rows, _ in seen["gavel"]["pair_rows"]]
+    assert len(gavel_rows) == 7 and (2, 3) in gavel_rows
+    assert any(rows != (0, 1) and any(v > 0 for _, v in x) for rows, x in seen["gavel"]["x_pairs"])

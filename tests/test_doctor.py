@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from slurm_gavel import __version__
-from slurm_gavel.slurm.devcluster import DevCluster, node_list, pick_ports
+from slurm_gavel.slurm.devcluster import node_list
 from slurm_gavel.slurm.store import SqliteStore
 from slurm_gavel.slurm.doctor import (check_nodes, check_schema, check_user, exit_codes,
                                       lua_version, shipped_file)
 from slurm_gavel.slurm.store import MIGRATIONS
 
-from conftest import require_slurm
+from conftest import require_slurm, running_cluster
 from test_daemon import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,11 +118,8 @@ def wrong_cluster(tmp_path_factory):
     """A small cluster without the plugin, RequeueExitHold=86, a stale job_submit.lua
     beside slurm.conf, a partition mixing two GPU types and Slurm's own preemption."""
     require_slurm()
-    ctld, slurmd = pick_ports(len(node_list(WRONG_TYPES)))
-    cluster = DevCluster(tmp_path_factory.mktemp("bad"), WRONG_TYPES, ctld_port=ctld, slurmd_port=slurmd,
-                         job_submit_lua=None, requeue_exit_hold=86)
-    cluster.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("bad"), WRONG_TYPES, job_submit_lua=None,
+                         requeue_exit_hold=86) as cluster:
         text = (ROOT / "slurm_conf" / "job_submit.lua").read_text()
         (cluster.slurm_conf.parent / "job_submit.lua").write_text(
             text.replace(f"version {__version__}", "version 0.0.1", 1))
@@ -132,8 +129,6 @@ def wrong_cluster(tmp_path_factory):
                     f"PartitionName=mixed Nodes={names} Default=NO MaxTime=INFINITE State=UP\n")
         cluster.restart_slurmctld()
         yield cluster
-    finally:
-        cluster.down()
 
 
 def test_wrong_cluster_each_check_has_its_line(wrong_cluster, tmp_path):

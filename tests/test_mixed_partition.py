@@ -23,10 +23,10 @@ import time
 
 import pytest
 
-from conftest import require_slurm
+from conftest import require_slurm, running_cluster
 from slurm_gavel.slurm import config as config_mod
 from slurm_gavel.slurm.daemon import Daemon
-from slurm_gavel.slurm.devcluster import DevCluster, default_job_submit_lua, node_list, pick_ports
+from slurm_gavel.slurm.devcluster import default_job_submit_lua
 from slurm_gavel.slurm.store import SqliteStore
 from test_daemon import JOB, queue, start_daemon, stop_daemon, write_config
 from test_metrics import free_port, pick, scrape
@@ -46,14 +46,9 @@ assert NODE_JOB.count("SLURMD_NODENAME") == 4
 @pytest.fixture(scope="module")
 def mixed_cluster(tmp_path_factory):
     require_slurm()
-    ctld_port, slurmd_port = pick_ports(len(node_list(MIXED_TYPES)))
-    cluster = DevCluster(tmp_path_factory.mktemp("mixed"), MIXED_TYPES, ctld_port=ctld_port,
-                         slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua(), mixed="gpu")
-    cluster.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("mixed"), MIXED_TYPES,
+                         job_submit_lua=default_job_submit_lua(), mixed="gpu") as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture

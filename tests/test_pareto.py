@@ -58,6 +58,16 @@ def idle_while_waiting(alloc, inp: PolicyInput) -> float:
     return float(np.max(np.where(usable.any(axis=0), free, 0.0)))
 
 
+def space_sharing_runs(name: str, seed: int):
+    """(input, two-stage allocation, one-stage allocation) of policy `name` with pair rows
+    (priced columns), on a random input of 12-19 jobs on 2 types seeded with `seed`."""
+    rng = np.random.default_rng(seed)
+    inp = random_input(rng, int(rng.integers(12, 20)), 2, pairs=80)
+    pareto, plain = make_policy(name, space_sharing=True), make_policy(name, space_sharing=True)
+    inner(plain).pareto = False
+    return inp, pareto.allocate(inp), plain.allocate(inp)
+
+
 def largest_pareto_gain(alloc, inp: PolicyInput) -> float:
     """max sum_m s_m / iso_m over X with throughput_m >= have_m + s_m, s >= 0 (0: Pareto efficient)."""
     program = AllocationProgram(inp)
@@ -154,11 +164,7 @@ def test_agnostic_baseline_has_no_second_stage():
 @pytest.mark.parametrize("seed", range(3))
 def test_space_sharing_is_pareto_efficient_and_keeps_the_primary(name, seed):
     """Pair rows (priced columns): the second stage prices its own columns after the primary's."""
-    rng = np.random.default_rng(40 + seed)
-    inp = random_input(rng, int(rng.integers(12, 20)), 2, pairs=80)
-    pareto, plain = make_policy(name, space_sharing=True), make_policy(name, space_sharing=True)
-    inner(plain).pareto = False
-    a, b = pareto.allocate(inp), plain.allocate(inp)
+    inp, a, b = space_sharing_runs(name, 40 + seed)
     assert a.info["pricing_rounds"] > b.info["pricing_rounds"] >= 1
     # Never worse than the one-stage answer (higher is better for max-min fairness only).
     better = 1 if name == "max_min_fairness" else -1

@@ -33,7 +33,7 @@ from slurm_gavel.policies.cost import value_per_dollar
 from slurm_gavel.policies.program import AllocationProgram
 from slurm_gavel.policies import solver
 from slurm_gavel.policies.solver import solve
-from test_pareto import EXACT, idle_while_waiting, inner
+from test_pareto import EXACT, idle_while_waiting, inner, space_sharing_runs
 
 COST = ["min_cost", "min_cost_slo"]
 SIMPLEX = (("HIGHS", {"highs_options": {"solver": "simplex"}}),)
@@ -172,11 +172,7 @@ def test_equal_value_per_dollar_goes_to_the_faster_type():
 @pytest.mark.parametrize("seed", range(2))
 def test_space_sharing_keeps_the_cost_and_prices_the_second_stage(name, seed):
     """Pair rows: the second stage prices its own columns after the cost objective's."""
-    rng = np.random.default_rng(80 + seed)
-    inp = random_input(rng, int(rng.integers(12, 20)), 2, pairs=80)
-    two, one = make_policy(name, space_sharing=True), make_policy(name, space_sharing=True)
-    inner(one).pareto = False
-    a, b = two.allocate(inp), one.allocate(inp)
+    inp, a, b = space_sharing_runs(name, 80 + seed)
     assert a.info["pricing_rounds"] > b.info["pricing_rounds"] >= 1
     assert a.objective >= b.objective * (1 - 2e-6)
     assert idle_while_waiting(a, inp) <= 1e-5

@@ -17,9 +17,9 @@ import pytest
 
 from slurm_gavel.core.clock import WallClock
 from slurm_gavel.core.mechanism import Assignment, RoundPlan, place
-from slurm_gavel.slurm.devcluster import DevCluster, node_list, pick_ports, slurm_version
+from slurm_gavel.slurm.devcluster import slurm_version
 
-from conftest import default_job_submit_lua, require_slurm
+from conftest import default_job_submit_lua, require_slurm, running_cluster
 
 TYPES = {"k80": (2, 2), "v100": (1, 4)}
 
@@ -27,14 +27,9 @@ TYPES = {"k80": (2, 2), "v100": (1, 4)}
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     require_slurm()
-    ctld_port, slurmd_port = pick_ports(len(node_list(TYPES)))
-    c = DevCluster(tmp_path_factory.mktemp("refused"), TYPES, ctld_port=ctld_port,
-                   slurmd_port=slurmd_port, job_submit_lua=default_job_submit_lua())
-    c.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("refused"), TYPES,
+                         job_submit_lua=default_job_submit_lua()) as c:
         yield c
-    finally:
-        c.down()
 
 
 def _submit(cluster, tmp_path, *request) -> str:

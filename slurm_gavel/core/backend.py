@@ -11,6 +11,13 @@ A backend (the simulated cluster, Slurm) does two things:
 
 Everything crossing this line is plain frozen data; the engine knows nothing
 of how a backend does its work.
+
+A backend may also say which pair rows (space sharing) it can run:
+`max_pair_gpus`, the most GPUs each job of a pair may have (Slurm: 1, its shards of
+one GPU per job; the simulator: any, as Gavel's, unless told to mimic Slurm).  The
+engine gives the policy only those pair rows (`pair_gpu_limit`), so a policy never
+plans a pair the backend would refuse, and two backends with the same limit get the
+same policy input.
 """
 from __future__ import annotations
 
@@ -99,4 +106,16 @@ class Backend(Protocol):
     def execute(self, plan: RoundPlan, round_end: float) -> None: ...
 
 
-__all__ = ["Backend", "Departure", "JobState", "Measurement", "Observation", "Placement", "Usage"]
+def pair_gpu_limit(backend) -> int | None:
+    """The most GPUs per job of a pair row `backend` can run (its optional `max_pair_gpus`);
+    None: any (a backend that does not say)."""
+    limit = getattr(backend, "max_pair_gpus", None)
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"max_pair_gpus must be an integer >= 0 or None, got {limit!r}")
+    return limit
+
+
+__all__ = ["Backend", "Departure", "JobState", "Measurement", "Observation", "Placement", "Usage",
+           "pair_gpu_limit"]

@@ -40,7 +40,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .backend import Backend, JobState, Observation
+from .backend import Backend, JobState, Observation, pair_gpu_limit
 from .clock import Clock
 from .mechanism import Churn, Ledger, RoundPlan, Server, plan_round
 from .model import Allocation, PolicyInput
@@ -124,6 +124,22 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
         unconsolidated_throughputs=t.unconsolidated, gpus_per_node=gpus_per_node,
         pair_jobs=t.pair_jobs, pair_throughputs=t.pair_throughputs,
         entity_weights=_entity_weights(jobs, entity_weights))
+
+
+def runnable_pairs(jobs: Sequence[JobState], table: JobThroughputs,
+                   max_pair_gpus: int | None) -> JobThroughputs:
+    """`table` with only the pair rows whose jobs have at most `max_pair_gpus` GPUs each
+    (the backend's `max_pair_gpus`; None: all): the policy is never offered a pair the
+    backend cannot run (on Slurm a job's shards sit on one GPU), so it gives such a pair
+    no share that would then go unused, and the simulator told the same limit decides
+    as the daemon does."""
+    if max_pair_gpus is None or not len(table.pair_jobs):
+        return table
+    sizes = np.array([j.scale_factor for j in jobs], dtype=np.int64)
+    keep = (sizes[table.pair_jobs] <= max_pair_gpus).all(axis=1)
+    if keep.all():
+        return table
+    return replace(table, pair_jobs=table.pair_jobs[keep], pair_throughputs=table.pair_throughputs[keep])
 
 
 def _entity_weights(jobs: Sequence[JobState], weights: Mapping[str, float] | None) -> dict[str, float]:
@@ -611,6 +627,7 @@ class Engine:
         jobs = [j for j, f in zip(candidates, fits) if f]
         if self.space_sharing:
             table = self._masked(jobs, self.throughputs.lookup(jobs, self.worker_types, include_pairs=True))
+            table = runnable_pairs(jobs, table, pair_gpu_limit(self.backend))
         elif not fits.all():
             table = replace(table, solo=table.solo[fits], unconsolidated=table.unconsolidated[fits])
         if self.weight_limits is not None:

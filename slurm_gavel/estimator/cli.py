@@ -51,11 +51,7 @@ def register(commands) -> argparse.ArgumentParser:
                     "active job, with sample counts and confidence), or import/export the "
                     "per-model measurements in Gavel's JSON layout or a plain CSV.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-
-    def common(q):
-        q.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
-        q.add_argument("--config", metavar="FILE",
-                       help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    from ..slurm.queue import add_database_arguments as common    # --db, --config
 
     show = sub.add_parser("show", help="measured throughputs per model, estimates per active job")
     common(show)
@@ -287,14 +283,11 @@ def _import(args) -> int:
 
 
 def _measured_rows(args) -> list[dict]:
-    from ..slurm.store import SqliteStore
+    from ..slurm.queue import reading
 
-    store = SqliteStore(_database(args), readonly=True)
-    try:
+    with reading(args) as store:
         model_rows, _ = store.load_throughputs()
         return model_rows
-    finally:
-        store.close()
 
 
 def _export(args) -> int:
@@ -373,13 +366,10 @@ def _number(value) -> str:
 
 
 def _show(args) -> int:
-    from ..slurm.store import SqliteStore
+    from ..slurm.queue import reading
 
-    store = SqliteStore(_database(args), readonly=True)
-    try:
+    with reading(args) as store:
         data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text
-    finally:
-        store.close()
     print(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) if args.json
           else show_text(data))
     return 0

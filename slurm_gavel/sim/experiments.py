@@ -37,6 +37,7 @@ class RunConfig:
     cluster: tuple[tuple[str, int], ...] = tuple(DEFAULT_CLUSTER.items())
     agnostic: bool = False
     space_sharing: bool = False
+    max_pair_gpus: int | None = None         # pairs of jobs of at most this many GPUs (1: as on Slurm; None: any)
     trace: str | None = None                 # a trace file; else a generated workload
     rate: float | None = None                # jobs per hour (None: all jobs at time 0)
     jobs: int | None = None                  # how many jobs to generate (None: as many as the window needs)
@@ -99,7 +100,7 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    reset_seconds=config.reset_seconds, progress=progress,
                    hysteresis=config.hysteresis, work_conserving=config.work_conserving,
                    move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed,
-                   mid_round_starts=config.mid_round_starts)
+                   mid_round_starts=config.mid_round_starts, max_pair_gpus=config.max_pair_gpus)
     return sim, table
 
 
@@ -109,7 +110,8 @@ def check_config(config: RunConfig) -> None:
     from ..core.clock import SimulatedClock
 
     table = ThroughputTable.from_gavel_json(config.throughputs)
-    SimulatedCluster([], table, dict(config.cluster), SimulatedClock(), config.gpus_per_node)
+    SimulatedCluster([], table, dict(config.cluster), SimulatedClock(), config.gpus_per_node,
+                     max_pair_gpus=config.max_pair_gpus)
     if config.window is not None and config.jobs is not None and config.window[1] > config.jobs:
         raise InputError("--window", f"ends at job {config.window[1]} but only {config.jobs} jobs are generated")
     if config.trace is not None:

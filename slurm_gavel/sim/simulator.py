@@ -109,14 +109,21 @@ class SimulatedCluster:
 
     def __init__(self, jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int],
                  clock, gpus_per_node: int | Mapping[str, int] = DEFAULT_GPUS_PER_NODE,
-                 restart_seconds: float = DEFAULT_RESTART_SECONDS, measure: bool = False):
+                 restart_seconds: float = DEFAULT_RESTART_SECONDS, measure: bool = False,
+                 max_pair_gpus: int | None = None):
         unknown = [wt for wt in cluster if wt not in table.worker_types]
         if unknown:
             raise InputError("--cluster", f"worker type {unknown[0]!r} is not in the throughput table "
                                           f"(it has: {', '.join(table.worker_types)})")
         if not (restart_seconds >= 0 and math.isfinite(restart_seconds)):
             raise InputError("--restart-seconds", f"must be >= 0, got {restart_seconds}")
+        if max_pair_gpus is not None and (isinstance(max_pair_gpus, bool) or not isinstance(max_pair_gpus, int)
+                                          or max_pair_gpus < 1):
+            raise InputError("--max-pair-gpus", f"must be an integer >= 1, got {max_pair_gpus!r}")
         self.worker_types = tuple(cluster)
+        # The most GPUs per job of a pair row it runs (core/backend.py): None, any (Gavel's
+        # simulator pairs jobs of any equal size); 1 mimics the Slurm backend.
+        self.max_pair_gpus = max_pair_gpus
         self.table = table
         self.clock = clock
         self.servers = make_servers(cluster, gpus_per_node)
@@ -377,7 +384,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
              checkpoint_seconds: float | None = None,
              move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
-             mid_round_starts: bool = False) -> Simulation:
+             mid_round_starts: bool = False, max_pair_gpus: int | None = None) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -389,6 +396,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
     `mid_round_starts`: a job that arrives during a round starts at once on
     GPUs that are idle (Engine.start_arrivals) instead of at the next round.
+    `max_pair_gpus`: with space sharing, pair only jobs of at most that many GPUs each
+    (1: as the Slurm backend does; None: any, as Gavel's simulator).
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -399,7 +408,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     # (has `record`) is fed what each running job made, every round.
     source = throughputs if throughputs is not None else TableThroughputs(table)
     backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, restart_seconds,
-                               measure=hasattr(source, "record"))
+                               measure=hasattr(source, "record"), max_pair_gpus=max_pair_gpus)
     allocator = Delayed(policy, solver_delay) if solver_delay > 0 else Immediate(policy)
     store = MemoryStore(keep_rounds=False)
     try:

@@ -48,14 +48,14 @@ def backup(database: str | Path, dest: str | Path, force: bool = False) -> Path:
 
 
 def register(commands) -> argparse.ArgumentParser:
+    from .queue import add_database_arguments
     p = commands.add_parser(
         "backup", help="a consistent copy of the daemon's database (also while it runs)",
         description="Copy the daemon's SQLite database to DEST with SQLite's online backup: "
                     "one committed state, also while the daemon runs. Run it before an upgrade "
                     "(schema migrations are automatic and one-way).")
     p.add_argument("dest", metavar="DEST", help="the copy to write")
-    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    add_database_arguments(p)
     p.add_argument("--force", action="store_true", help="replace DEST if it exists")
     p.set_defaults(handler=cmd_backup)
     return p

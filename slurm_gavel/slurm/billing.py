@@ -157,6 +157,7 @@ def explain(s: Suggestion) -> list[str]:
 
 
 def register(commands) -> argparse.ArgumentParser:
+    from .queue import add_database_arguments
     p = commands.add_parser(
         "billing", help="suggest TRESBillingWeights per partition from measured throughputs",
         description="Suggest per-partition TRESBillingWeights (GRES/gpu=W) so that an hour on a "
@@ -165,8 +166,7 @@ def register(commands) -> argparse.ArgumentParser:
                     "slurm.conf lines and how each number was made.")
     p.add_argument("--throughputs", required=True, metavar="FILE",
                    help="throughput table in Gavel's JSON layout")
-    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    add_database_arguments(p)
     p.add_argument("--no-db", action="store_true",
                    help="the table alone, every model of it weighted equally")
     p.add_argument("--partitions", metavar="PARTITION=TYPE,...",
@@ -179,8 +179,7 @@ def register(commands) -> argparse.ArgumentParser:
 
 
 def cmd_billing(args) -> int:
-    from .queue import database_path
-    from .store import SqliteStore
+    from .queue import database_path, reading
 
     if not (args.scale > 0 and math.isfinite(args.scale)):
         raise InputError("--scale", f"must be > 0, got {args.scale}")
@@ -201,15 +200,13 @@ def cmd_billing(args) -> int:
     types = sorted({t for ts in parts.values() for t in ts})
     measured: list = []
     mix: dict = {}
-    if not args.no_db:
-        store = SqliteStore(database_path(args), readonly=True)
-        try:
+    db = None if args.no_db else database_path(args)
+    if db is not None:
+        with reading(args, db) as store:
             measured = store.load_throughputs()[0]
             mix = job_mix(store)
-        finally:
-            store.close()
     speed, sources = speeds(table, measured)
-    mix_from = f"models weighted by the GPU time of their jobs in {printable(database_path(args))}" if mix else ""
+    mix_from = f"models weighted by the GPU time of their jobs in {printable(db)}" if mix else ""
     if not mix:        # no jobs yet: every model with a speed on some partition's type
         mix = {k: 1.0 for k, v in speed.items() if any(t in v for t in types)}
         mix_from = "every table model weighted equally"

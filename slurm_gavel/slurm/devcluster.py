@@ -80,12 +80,13 @@ def node_list(types: Mapping[str, tuple[int, int]]) -> list[tuple[str, str, int]
 def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port: int,
                       slurmd_port: int, job_submit: bool = False,
                       requeue_exit_hold: int = 85, dbd_port: int | None = None,
-                      mixed: str | None = None, shards: int = 0) -> str:
+                      mixed: str | None = None, shards: int = 0, select_parameters: str = "") -> str:
     """slurm.conf of a cluster in `directory` (an absolute path); no I/O.  With `dbd_port`,
     accounting through the slurmdbd listening there (see `render_slurmdbd_conf`); with
     `mixed`, one partition of that name with every node instead of one per GPU type.  With
     `shards` (per GPU), every node also offers gres/shard: `shards` x its GPUs
-    (docs/space-sharing.md)."""
+    (docs/space-sharing.md).  `select_parameters` are added to SelectTypeParameters
+    (e.g. "MULTIPLE_SHARING_GRES_PJ", 23.11+)."""
     d = str(directory)
     nodes = node_list(types)
     lines = [
@@ -109,7 +110,7 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu,shard" if shards else "GresTypes=gpu",
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
+        "SelectTypeParameters=" + ",".join(["CR_Core"] + ([select_parameters] if select_parameters else [])),
         *(["# No cgroups (23.02+, e.g. 24.11: cgroup.conf says CgroupPlugin=disabled). No accounting:",
            "# AccountingStorageType is left at its default, none, on every version."]
           if dbd_port is None else [
@@ -471,7 +472,11 @@ class DevCluster:
     def __init__(self, directory, types: Mapping[str, tuple[int, int]] | None = None,
                  ctld_port: int = DEFAULT_CTLD_PORT, slurmd_port: int = DEFAULT_SLURMD_PORT,
                  job_submit_lua=None, requeue_exit_hold: int = 85, accounting: bool = False,
-                 mixed: str | None = None, shards: int = 0, shard_flags: str = ""):
+                 mixed: str | None = None, shards: int = 0, shard_flags: str = "",
+                 select_parameters: str = ""):
+        if select_parameters and not re.fullmatch(r"[A-Z_]+(,[A-Z_]+)*", str(select_parameters)):
+            raise InputError("select_parameters", f"{select_parameters!r}: NAME[,NAME...] in capitals")
+        self.select_parameters = str(select_parameters)
         if mixed is not None and not _TYPE_NAME.match(str(mixed)):
             raise InputError("mixed", f"partition name {mixed!r}: use lowercase letters, digits and _")
         self.mixed = mixed
@@ -609,7 +614,7 @@ class DevCluster:
         return render_slurm_conf(self.directory, self.types, self.ctld_port, self.slurmd_port,
                                  bool(self.job_submit_lua), self.requeue_exit_hold,
                                  self.dbd_port if self.accounting else None, mixed=self.mixed,
-                                 shards=self.shards)
+                                 shards=self.shards, select_parameters=self.select_parameters)
 
     def _record(self, name: str, pid: int):
         state = self._load_state()

@@ -18,6 +18,10 @@ What is checked, and why the daemon needs it:
   partition (or the partitions of `[partitions]` holding nodes of their type only);
 * `PreemptMode`: Slurm's own preemption of gavel jobs fights the daemon's rounds;
 * `SelectType=select/cons_tres` (GPUs as trackable resources; `--gpus` needs it);
+* with `space_sharing = true`: no `SelectTypeParameters` flag that moves shards off the
+  first GPU with room (`LL_SHARED_GRES` splits a pair's halves over two GPUs;
+  `MULTIPLE_SHARING_GRES_PJ` lets a one-GPU job's shards spread over two half-used
+  GPUs; both measured on 24.11.5, docs/space-sharing.md);
 * the daemon runs as root or SlurmUser (it holds, moves and releases others' jobs);
 * the database: its directory exists, and the file (with its `-wal`/`-shm`) is readable
   by other users, who run `gqueue`;
@@ -126,6 +130,25 @@ def check_slurm_conf(conf: dict[str, str], requeue_exit_code: int) -> list[dict]
         out.append(finding("warning", "preempt_mode", "PreemptMode includes GANG: Slurm time-slices "
                            "jobs, the daemon's rounds do that for gavel jobs",
                            "remove GANG, or OverSubscribe=NO on the gavel partitions"))
+    return out
+
+
+def check_sharing_select(conf: dict[str, str], space_sharing: bool) -> list[dict]:
+    """SelectTypeParameters flags that break the daemon's pairs (first fit on one GPU)."""
+    if not space_sharing:
+        return []
+    flags = {f.upper() for f in _listed(conf.get("SelectTypeParameters", ""))}
+    out = []
+    if "LL_SHARED_GRES" in flags:
+        out.append(finding("warning", "space_sharing", "SelectTypeParameters has LL_SHARED_GRES: each "
+                           "half of a pair goes to the least loaded GPU, so the two halves land on "
+                           "different GPUs (the daemon logs each split pair)",
+                           "remove LL_SHARED_GRES from SelectTypeParameters, or space_sharing = false"))
+    if "MULTIPLE_SHARING_GRES_PJ" in flags:
+        out.append(finding("warning", "space_sharing", "SelectTypeParameters has MULTIPLE_SHARING_GRES_PJ: "
+                           "a one-GPU gavel job (a GPU's shards) may run on two half-used GPUs, beside "
+                           "two other jobs; slurm-gavel pairs one-GPU jobs only and does not use it",
+                           "remove MULTIPLE_SHARING_GRES_PJ from SelectTypeParameters"))
     return out
 
 
@@ -362,6 +385,7 @@ def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
     if conf is not None:
         out += check_munge(conf, cli)
         out += check_slurm_conf(conf, config.requeue_exit_code)
+        out += check_sharing_select(conf, bool(getattr(config, "space_sharing", False)))
         out += check_plugin_file(conf, shipped_file("job_submit.lua"))
         out += check_user(conf)
     else:
@@ -391,13 +415,14 @@ def table(rows: list[dict]) -> str:
 
 
 def register(commands) -> argparse.ArgumentParser:
+    from .queue import add_config_argument
     p = commands.add_parser(
         "doctor", help="check the cluster's Slurm configuration and gavel.toml against what the "
                        "daemon needs",
         description="Check slurm.conf (as slurmctld runs it), the nodes' GRES, job_submit.lua, "
                     "munge, gavel.toml, the database and the progress directory: one line per "
                     "finding with its fix. Exit code 1 when there is an error. Changes nothing.")
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    add_config_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=cmd_doctor)
     return p
@@ -405,8 +430,8 @@ def register(commands) -> argparse.ArgumentParser:
 
 def cmd_doctor(args) -> int:
     from . import config as config_mod
-    path = args.config or (config_mod.DEFAULT_PATH if os.path.exists(config_mod.DEFAULT_PATH) else None)
-    rows = clean(diagnose(config_mod.load(path)))
+    from .queue import config_path
+    rows = clean(diagnose(config_mod.load(config_path(args))))
     errors = sum(r["level"] == "error" for r in rows)
     if args.json:
         from .queue import dumps

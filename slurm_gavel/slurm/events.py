@@ -18,7 +18,7 @@ from datetime import datetime
 
 from ..core.display import clean
 from ..core.errors import InputError
-from .queue import database_path, dumps
+from .queue import add_database_arguments, dumps, job_ids, reading
 from .store import SqliteStore
 
 ENDED = {"completed": "finished", "failed": "failed", "cancelled": "cancelled",
@@ -100,8 +100,7 @@ def register(commands) -> argparse.ArgumentParser:
         description="Each job's history as the daemon recorded it: submitted, started on a GPU "
                     "type (partition, nodes, share, priority), preempted for another job, "
                     "refused by Slurm, finished.")
-    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    add_database_arguments(p)
     p.add_argument("-j", "--jobs", action="append", default=[], metavar="ID[,ID]", help="only these jobs")
     p.add_argument("--since", metavar="TIME", help="from TIME on: 30m, 2h, 1d (ago), an ISO "
                                                    "date/time, or epoch seconds")
@@ -113,12 +112,8 @@ def register(commands) -> argparse.ArgumentParser:
 
 def cmd_events(args) -> int:
     since = since_time(args.since)
-    ids = [i for item in args.jobs for i in item.split(",") if i]
-    store = SqliteStore(database_path(args), readonly=True)
-    try:
-        data = clean(rows(store, ids, since, args.actions))
-    finally:
-        store.close()
+    with reading(args) as store:
+        data = clean(rows(store, job_ids(args.jobs), since, args.actions))
     print(dumps({"events": data}) if args.json else table(data))
     return 0
 

@@ -15,7 +15,7 @@ import sys
 
 from ..core.display import clean
 from ..core.errors import InputError
-from .queue import _hours, database_path, dumps
+from .queue import _hours, add_database_arguments, dumps, reading
 from .store import SqliteStore
 
 
@@ -112,19 +112,15 @@ def register(commands) -> argparse.ArgumentParser:
                                             "what it needs to run next round",
                             description=__doc__.splitlines()[0])
     p.add_argument("job", metavar="JOB", help="the Slurm job id")
-    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
-    p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+    add_database_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=run)
     return p
 
 
 def run(args, job: str | None = None) -> int:
-    store = SqliteStore(database_path(args), readonly=True)
-    try:
+    with reading(args) as store:
         data = clean(explain(store, job or args.job))
-    finally:
-        store.close()
     print(dumps(data) if args.json else text(data))
     return 0
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 from ..core.display import clean
 from ..core.errors import GavelError, InputError
@@ -201,9 +202,20 @@ def cluster_table(data: list[dict]) -> str:
                      for line in [header] + body)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
+def add_config_argument(p: argparse.ArgumentParser) -> None:
+    """`--config FILE`: the daemon's gavel.toml (read by `config_path`)."""
     p.add_argument("--config", metavar="FILE", help="the daemon's config (default: /etc/slurm/gavel.toml)")
+
+
+def add_database_arguments(p: argparse.ArgumentParser) -> None:
+    """`--db PATH` and `--config FILE`: where a command finds the daemon's database
+    (`database_path`); every command that reads it takes these two."""
+    p.add_argument("--db", metavar="PATH", help="the daemon's database (default: from --config)")
+    add_config_argument(p)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_database_arguments(p)
     p.add_argument("-u", "--user", action="append", default=[], metavar="USER", help="only these users")
     p.add_argument("-p", "--partition", action="append", default=[], metavar="TYPE",
                    help="only jobs running on this GPU type")
@@ -220,13 +232,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "next round (as `slurm-gavel explain JOB`)")
 
 
+def config_path(args) -> str | None:
+    """--config, else /etc/slurm/gavel.toml where it exists, else None (the built-in defaults)."""
+    import os
+    from . import config as config_mod
+    return args.config or (config_mod.DEFAULT_PATH if os.path.exists(config_mod.DEFAULT_PATH) else None)
+
+
 def database_path(args) -> str:
+    """--db, else the database of the config `config_path` finds."""
     if args.db:
         return args.db
     from . import config as config_mod
-    import os
-    path = args.config or (config_mod.DEFAULT_PATH if os.path.exists(config_mod.DEFAULT_PATH) else None)
-    return config_mod.load(path).database
+    return config_mod.load(config_path(args)).database
+
+
+@contextmanager
+def reading(args, path: str | None = None) -> Iterator[SqliteStore]:
+    """The daemon's database (`path`, else `database_path(args)`) opened read-only, closed
+    when the block ends."""
+    store = SqliteStore(path or database_path(args), readonly=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def job_ids(values: Sequence[str]) -> list[str]:
+    """The job ids of repeated `-j ID[,ID]` options, in order."""
+    return [i for item in values for i in item.split(",") if i]
 
 
 def dumps(data) -> str:
@@ -236,13 +270,12 @@ def dumps(data) -> str:
 
 def run(args) -> int:
     if getattr(args, "explain", False):
-        ids = [i for item in args.jobs for i in item.split(",") if i]
+        ids = job_ids(args.jobs)
         if len(ids) != 1:
             raise InputError("--explain", "give one job: gqueue -j JOB --explain")
         from .explain import run as explain
         return explain(args, ids[0])
-    store = SqliteStore(database_path(args), readonly=True)
-    try:
+    with reading(args) as store:
         if args.cluster:
             data = clean(cluster_rows(store))
             if store.shadow():
@@ -251,7 +284,7 @@ def run(args) -> int:
                 return 0
             print(dumps(data) if args.json else cluster_table(data))
             return 0
-        ids = [i for item in args.jobs for i in item.split(",") if i]
+        ids = job_ids(args.jobs)
         data, worker_types = clean(rows(store, args.user, args.partition, ids, _states(args.states)))
         shadow = store.shadow()
         if args.json:
@@ -260,8 +293,6 @@ def run(args) -> int:
         else:
             print(("# " + SHADOW + "\n" if shadow else "") + table(data, worker_types, args.format))
         return 0
-    finally:
-        store.close()
 
 
 def _states(text: str) -> tuple[str, ...]:
@@ -288,4 +319,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-__all__ = ["add_arguments", "cluster_rows", "main", "rows", "run", "table"]
+__all__ = ["add_arguments", "add_config_argument", "add_database_arguments", "cluster_rows", "config_path",
+           "database_path", "job_ids", "main", "reading", "rows", "run", "table"]

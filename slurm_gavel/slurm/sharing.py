@@ -28,6 +28,11 @@ def _id_order(job_id: str) -> tuple[int, int]:
 class SpaceSharing:
     """The pair rows of a `SlurmBackend` (which sets every attribute used here)."""
 
+    # The pair rows this backend can run (core/backend.py): jobs of one GPU each, since
+    # Slurm puts a job's shards on one GPU per node; the engine offers the policy no
+    # other pair row, and `_pair_problem` refuses one all the same.
+    max_pair_gpus = 1
+
     def shards_per_gpu(self, node: str) -> int:
         """gres/shard per GPU of `node` (slurm.conf Gres=gpu:4,shard:16 -> 4); 0: none."""
         if self._shards_of is None or self._shards_of[0] is not self._nodes:
