@@ -57,9 +57,10 @@ def ours(throughputs: Path, generator: str) -> tuple[float, float, float]:
 def gavels(scheduler: Path, python: str, throughputs: Path) -> tuple[float, float, float]:
     cpu, wall, out = timed([python, "scripts/drivers/simulate_scheduler_with_generated_jobs.py",
                             "-c", "36:36:36", "-p", "max_min_fairness_perf", "-l", "1800",
-                            "-s", "4000", "-e", "5000", "--seed", "0", "-i", "360",
+                            "-s", "4000", "-e", "5000", "--seed", "0", "-i", "360", "-v",
                             "--throughputs_file", str(throughputs)], scheduler)
-    found = re.search(r"average JCT=([0-9.]+)", out)        # its driver's summary line (seconds)
+    # its driver's summary line, in seconds (without -v the driver prints nothing at all)
+    found = re.search(r"average JCT=([0-9.]+)", out)
     return cpu, wall, (float(found.group(1)) / 3600 if found else float("nan"))
 
 
