@@ -34,8 +34,10 @@ planned again at once (`replan`: the daemon starts a new round), with the reason
 
 * a pair row (space sharing, docs/space-sharing.md): both one-GPU jobs ask
   gres/shard (job_submit.lua); each gets half of one GPU's shards on the node
-  (`Gres=shard:S/2` in its update), both are released in one call, one pair per
-  node at a time; they are reported as the pair's row and usage, and stop
+  (`Gres=shard:S/2` in its update), both are released in one call, only where
+  Slurm's first fit gives both one GPU now (pair_room.py), one pair per node per
+  release, the node's next pair once Slurm lists the previous one on its GPU (in
+  the same call); they are reported as the pair's row and usage, and stop
   together.  Each poll checks which jobs Slurm gave each GPU (gres_detail IDX).
   The pair rows' own part lives in sharing.py (`SpaceSharing`, mixed in here).
 
@@ -76,6 +78,7 @@ from ..core.errors import GavelError, InputError
 from .flags import admin_flags, admin_status, from_admin_comment, with_status
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, parse_records, summary
+from .pair_room import NodeRoom, gpu_room, pair_gpu, take
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
@@ -93,6 +96,11 @@ UNKNOWN_MODEL = "unknown"
 RESTART_GUARD_SECONDS = 2.0
 # A released job Slurm has not started after this long is taken back (held).
 START_TIMEOUT_SECONDS = 30.0
+# The pairs of one node are released one after another: the next once Slurm lists the
+# previous one running on its GPU (read every PAIR_READ_SECONDS, at most PAIR_PLACED_SECONDS;
+# Slurm places a released job within its next scheduling pass, well under a second here).
+PAIR_READ_SECONDS = 0.2
+PAIR_PLACED_SECONDS = 3.0
 MAX_BACKOFF_ROUNDS = 16
 # `scontrol update` calls a round that mark held jobs with why they wait (show_holds)
 STATUS_PER_ROUND = 20
@@ -217,8 +225,7 @@ class SlurmBackend(SpaceSharing):
         # together on one GPU (half its shards each), until one of them stops
         self._pairs: dict[str, Assignment] = {}
         self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
-        self._partial: dict[str, list[str]] = {}      # node -> jobs on a partly used GPU's shards
-        self._unseen_shards: dict[str, list[str]] = {}  # node -> shard jobs listed without their GPU
+        self._room: dict[str, NodeRoom] = {}          # shard node -> free shards per GPU (pair_room.py)
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
@@ -258,19 +265,11 @@ class SlurmBackend(SpaceSharing):
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         self._gpu_users = {}
-        shards_used: dict[tuple[str, str], int] = {}
-        unseen: dict[str, list[str]] = {}      # node -> shard jobs held on a GPU not listed
         for j in jobs:
             if j.running:
-                if j.shards and not any(j.gpu_indices):
-                    # 24.11 lists a requeued shard job still COMPLETING with its node but no
-                    # gres_detail: its shards are held, on a GPU we cannot tell
-                    for n in j.nodes:
-                        unseen.setdefault(n, []).append(j.job_id)
                 for n, idx in zip(j.nodes, j.gpu_indices):
                     for i in _indices(idx):
                         self._gpu_users.setdefault((n, i), []).append(j.job_id)
-                        shards_used[(n, i)] = shards_used.get((n, i), 0) + j.shards
             if j.admin_comment.startswith(GAVEL_PREFIX):
                 if not j.finished:
                     gavel[j.job_id] = j
@@ -351,14 +350,10 @@ class SlurmBackend(SpaceSharing):
         self._taken = {job: why for job, why in self._taken.items() if job in gavel and not gavel[job].running}
         self._pairs = {job: a for job, a in self._pairs.items()
                        if all(m in self._running or m in self._starting for m in a.jobs)}
-        # node -> jobs on a GPU whose shards are partly free (a pair's job whose partner
-        # left): a new pair's first half would go there (first fit), not where its other half goes
-        self._partial = {}
-        for (n, i), used in sorted(shards_used.items()):
-            per = self.shards_per_gpu(n)
-            if 0 < used and per - used >= per // 2 > 0:      # room for a pair's smaller half
-                self._partial.setdefault(n, []).extend(self._gpu_users[(n, i)])
-        self._unseen_shards = unseen
+        # each shard node's GPUs as Slurm's first fit sees them (pair_room.py): where a pair
+        # released now would go, or why it waits
+        self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
+                              self._leaving)
         self._adopt_pairs()
         self._check_pairs()
         # a job Slurm runs again starts its refusals afresh
@@ -762,6 +757,12 @@ class SlurmBackend(SpaceSharing):
         self._round = plan.round
         if round_end > now and plan.round != self._executed_round:   # not a start within the round
             self.round_seconds = round_end - now
+        if plan.round != self._executed_round:
+            # a pair still waiting for a GPU with room for both halves is the last round's:
+            # this round starts it again or not
+            for job, a in list(self._deferred.items()):
+                if len(a.jobs) > 1 and a not in plan.start:
+                    del self._deferred[job]
         self._executed_round = plan.round
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
         # a pair stops together (its partner cannot go on alone on half a GPU's shards)
@@ -813,10 +814,49 @@ class SlurmBackend(SpaceSharing):
         self._start_deferred()
 
     # -- helpers ---------------------------------------------------------------------
+    def _leaving(self, j: SlurmJob) -> bool:
+        """A running job about to free its GPU: preempted by us, or completing."""
+        return j.job_id in self._preempted or "COMPLETING" in j.state
+
     def _start_deferred(self) -> None:
+        """Start every deferred job that is no longer running (`_release_deferred`).  A node
+        takes one pair per release (two released together can cross); the next pair of a
+        node goes once Slurm has placed the previous one, read again within this call, so
+        the pairs of a round start in that round (`_await_pairs`)."""
+        settled: set[str] = set()
+        while True:
+            pairs = self._release_deferred(settled)
+            nodes = {a.nodes[0] for a in pairs}
+            if self.dry_run or not any(len(a.jobs) > 1 and a.nodes[0] in nodes
+                                       for a in self._deferred.values()):
+                return                        # no further pair waits on those nodes
+            if not self._await_pairs(pairs, settled):
+                return                        # Slurm did not place them in time: a poll on
+
+    def _await_pairs(self, pairs: list[Assignment], settled: set[str]) -> bool:
+        """Read Slurm until every pair just released runs with its GPU listed (at most
+        PAIR_PLACED_SECONDS), then take the GPUs' room from that read; False if not placed."""
+        want = {m for a in pairs for m in a.jobs}
+        deadline = self.clock.now() + PAIR_PLACED_SECONDS
+        while True:
+            self.clock.sleep_until(self.clock.now() + PAIR_READ_SECONDS)
+            jobs = parse_jobs(self.cli.squeue())
+            seen = {j.job_id: j for j in jobs if j.job_id in want and j.running and any(j.gpu_indices)}
+            if len(seen) == len(want):
+                break
+            if self.clock.now() >= deadline:
+                return False
+        self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
+                              self._leaving)
+        settled.update(want)
+        return True
+
+    def _release_deferred(self, settled: set[str] = frozenset()) -> list[Assignment]:
         """Start every deferred job that is no longer running: one `scontrol update` per job
         (a distributed one gets its shape in it) and one `scontrol release` for all (Slurm
-        takes id lists)."""
+        takes id lists).  A pair only where both halves get one GPU now (pair_room.py), one
+        per node (pairs of `settled` jobs, placed already, do not count); the pairs released
+        are returned."""
         groups: dict[tuple[str, str], list[str]] = {}
 
         def waits(job: str, a: Assignment) -> bool:
@@ -826,7 +866,8 @@ class SlurmBackend(SpaceSharing):
             stopped = self._stopped.get(job)
             return bool(stopped and set(stopped[1]) & set(a.nodes)
                         and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
-        pairing = {a.nodes[0] for a, _ in self._starting.values() if len(a.jobs) > 1}
+        pairing = {a.nodes[0] for job, (a, _) in self._starting.items()
+                   if len(a.jobs) > 1 and job not in settled}
         for job, a in list(self._deferred.items()):
             if job not in self._deferred:
                 continue                      # its pair's other job decided for both
@@ -838,26 +879,29 @@ class SlurmBackend(SpaceSharing):
             if any(waits(m, a) for m in a.jobs):
                 continue                      # a pair starts together: both ready
             if len(a.jobs) > 1:
-                # One pair per node at a time: Slurm gives each half the first GPU with half
-                # its shards free, so two pairs released together can cross (A and C on one
-                # GPU, B and D on another); the next pair goes once this one runs (a poll on).
-                if a.nodes[0] in pairing or a.nodes[0] in self._unseen_shards:
-                    continue                  # (a job there holds shards on a GPU not listed: a poll on)
-                partial = self._partial.get(a.nodes[0])
-                if partial:
-                    for m in a.jobs:
-                        del self._deferred[m]
-                    self._warn_pair(None, a, f"a GPU of node {a.nodes[0]} has part of its shards "
-                                             f"in use (job {','.join(sorted(set(partial)))}): the "
-                                             "pair's halves would land on different GPUs")
+                # One pair per node at a time (two released together can cross: A and C on
+                # one GPU, B and D on another), and only where first fit gives both halves
+                # one GPU now (pair_room.py); else it waits, deferred, for a later poll.
+                node = a.nodes[0]
+                if node in pairing:
                     continue
-                pairing.add(a.nodes[0])
+                halves = (self._shards_wanted(a.jobs[0], a), self._shards_wanted(a.jobs[1], a))
+                room = self._room.get(node)
+                gpu, why = pair_gpu(room, halves) if room is not None else (None, "no shards listed")
+                if gpu is None:
+                    if "part of its shards" in why:   # a survivor of a pair in the way: said once
+                        self._warn_pair(None, a, f"node {node}: {why}; it waits")
+                    else:
+                        log.debug("pair %s waits on %s: %s", "+".join(a.jobs), node, why)
+                    continue
+                take(room, gpu, halves, a.jobs)
+                pairing.add(node)
             for m in a.jobs:
                 del self._deferred[m]
                 self._planned[m] = a
                 groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(m)
         if not groups:
-            return
+            return []
         # `scontrol update` takes a list of job ids for Partition or StartTime, but
         # 22.05 answers "Invalid job ID" to a list together with NodeList: one
         # update per job, then one release for all of them.
@@ -913,7 +957,9 @@ class SlurmBackend(SpaceSharing):
             self._released[job] = now
             j = self._jobs.get(job)
             self._release_restarts[job] = j.restarts if j is not None else 0
+        pairs = list(dict.fromkeys(self._planned[job] for job in ready if len(self._planned[job].jobs) > 1))
         self._planned.clear()
+        return pairs
 
     @staticmethod
     def _unheld(j: SlurmJob | None) -> dict[str, str]:
