@@ -124,6 +124,35 @@ def test_a_survivor_blocks_only_a_pair_that_first_fit_would_put_on_its_gpu(shard
     assert _gpu_of(c, e) == (node, "1") and queue(c)[e] == "RUNNING"
 
 
+
+def test_a_survivor_paired_with_a_new_job_keeps_running_and_its_partner_takes_the_free_half(shard_cluster, tmp_path):
+    """The plan pairs the survivor of a pair with a new job: the survivor is not preempted
+    (and restarted with its partner), the new job gets the free half of its GPU."""
+    c = shard_cluster
+    a, b, f = (submit(c, tmp_path, "convnet", 1, 10 ** 6) for _ in range(3))
+    backend, node = _backend(c)
+    first = Assignment((a, b), "v100", ((node, 1),))
+    backend.execute(RoundPlan(0, (first,), (), (first,), ()), time.time() + 600)
+    _wait(backend, c, (a, b))
+    c.run(["scancel", b])
+    deadline = time.time() + 30
+    while True:
+        obs = backend.observe()
+        if [r.jobs for r in obs.running] == [(a,)]:
+            break
+        assert time.time() < deadline, obs.running
+        time.sleep(0.5)
+    began = backend._jobs[a].start_time
+    row = Assignment((a, f), "v100", ((node, 1),))
+    backend.execute(RoundPlan(1, (row,), (), (row,), (a,)), time.time() + 600)
+    _wait(backend, c, (a, f), 30)
+    assert _gpu_of(c, f) == _gpu_of(c, a)
+    obs = backend.observe()
+    assert [r.jobs for r in obs.running] == [(a, f)]
+    assert backend._jobs[a].start_time == began and backend._jobs[a].restarts == 0   # never stopped
+    assert queue(c)[a] == "RUNNING"
+
+
 # -- the rule, on polls as both versions list them (no cluster) -----------------------------
 def _job(job_id, state, shards, detail, gres=None):
     from slurm_gavel.slurm.records import parse_jobs

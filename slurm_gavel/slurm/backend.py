@@ -70,6 +70,7 @@ from __future__ import annotations
 import logging
 import math
 import signal as signals
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -78,7 +79,7 @@ from ..core.errors import GavelError, InputError
 from .flags import admin_flags, admin_status, from_admin_comment, with_status
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, parse_records, summary
-from .pair_room import NodeRoom, gpu_room, pair_gpu, take
+from .pair_room import NodeRoom, first_fit, gpu_room, pair_gpu, take
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
@@ -226,6 +227,9 @@ class SlurmBackend(SpaceSharing):
         self._pairs: dict[str, Assignment] = {}
         self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
         self._room: dict[str, NodeRoom] = {}          # shard node -> free shards per GPU (pair_room.py)
+        # survivor of a pair (alone on half a GPU) -> the new pair row whose other job takes
+        # the free half: the survivor keeps running (`_joins`)
+        self._joining: dict[str, Assignment] = {}
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
@@ -348,8 +352,10 @@ class SlurmBackend(SpaceSharing):
         self._settle_lost(now, nodes)
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
         self._taken = {job: why for job, why in self._taken.items() if job in gavel and not gavel[job].running}
+        # a pair lasts while both run or are released (a released job Slurm lists no more,
+        # cancelled before it ran, ends its pair now: its partner runs on alone)
         self._pairs = {job: a for job, a in self._pairs.items()
-                       if all(m in self._running or m in self._starting for m in a.jobs)}
+                       if all(m in self._running or m in self._starting and m in gavel for m in a.jobs)}
         # each shard node's GPUs as Slurm's first fit sees them (pair_room.py): where a pair
         # released now would go, or why it waits
         self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
@@ -763,8 +769,11 @@ class SlurmBackend(SpaceSharing):
             for job, a in list(self._deferred.items()):
                 if len(a.jobs) > 1 and a not in plan.start:
                     del self._deferred[job]
+            self._joining = {}
         self._executed_round = plan.round
-        stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
+        self._joining.update(self._joins(plan))
+        stop = [job for job in plan.preempt if job in self._running and job not in self._preempted
+                and job not in self._joining]
         # a pair stops together (its partner cannot go on alone on half a GPU's shards)
         kept = {job for a in plan.keep for job in a.jobs}
         for job in plan.preempt:
@@ -797,7 +806,8 @@ class SlurmBackend(SpaceSharing):
                     self._warn_pair(plan.round, a, why)
                     continue
                 for member in a.jobs:
-                    self._deferred[member] = a
+                    if self._joining.get(member) != a:     # (a survivor joined keeps running)
+                        self._deferred[member] = a
                 continue
             j = self._jobs.get(job)
             if len(a.servers) > 1 and (j is None or not j.reshapeable):
@@ -814,6 +824,24 @@ class SlurmBackend(SpaceSharing):
         self._start_deferred()
 
     # -- helpers ---------------------------------------------------------------------
+    def _joins(self, plan: RoundPlan) -> dict[str, Assignment]:
+        """Survivors of a pair (running alone on part of one GPU's shards) that this plan
+        pairs with a new job on the same node and type: the survivor keeps running (not
+        preempted and restarted with its new partner), the partner takes the free half."""
+        out = {}
+        for a in plan.start:
+            if len(a.jobs) != 2 or self._pair_problem(a):
+                continue
+            running = [m for m in a.jobs if m in self._running and m not in self._preempted]
+            if len(running) != 1 or running[0] in self._pairs:
+                continue
+            s, j = running[0], self._jobs.get(running[0])
+            if (j is not None and j.running and 0 < j.shards < self.shards_per_gpu(a.nodes[0])
+                    and tuple(j.nodes) == a.nodes and len(j.gpu_indices) == 1
+                    and j.gpu_indices[0].isdigit() and self._running[s].worker_type == a.worker_type):
+                out[s] = a
+        return out
+
     def _leaving(self, j: SlurmJob) -> bool:
         """A running job about to free its GPU: preempted by us, or completing."""
         return j.job_id in self._preempted or "COMPLETING" in j.state
@@ -837,14 +865,15 @@ class SlurmBackend(SpaceSharing):
         """Read Slurm until every pair just released runs with its GPU listed (at most
         PAIR_PLACED_SECONDS), then take the GPUs' room from that read; False if not placed."""
         want = {m for a in pairs for m in a.jobs}
-        deadline = self.clock.now() + PAIR_PLACED_SECONDS
+        deadline = time.monotonic() + PAIR_PLACED_SECONDS
         while True:
-            self.clock.sleep_until(self.clock.now() + PAIR_READ_SECONDS)
+            # real time, not the clock's sleep: that one is the daemon's, woken by its signals
+            time.sleep(PAIR_READ_SECONDS)
             jobs = parse_jobs(self.cli.squeue())
             seen = {j.job_id: j for j in jobs if j.job_id in want and j.running and any(j.gpu_indices)}
             if len(seen) == len(want):
                 break
-            if self.clock.now() >= deadline:
+            if time.monotonic() >= deadline:
                 return False
         self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
                               self._leaving)
@@ -868,15 +897,20 @@ class SlurmBackend(SpaceSharing):
                         and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
         pairing = {a.nodes[0] for job, (a, _) in self._starting.items()
                    if len(a.jobs) > 1 and job not in settled}
+        joined: dict[str, int] = {}          # a survivor's new partner -> the shards it asks
         for job, a in list(self._deferred.items()):
             if job not in self._deferred:
                 continue                      # its pair's other job decided for both
-            if any(m not in self._jobs or self._deferred.get(m) != a for m in a.jobs):
-                for m in a.jobs:              # gone (or planned elsewhere): the pair cannot start
+            members = [m for m in a.jobs if self._joining.get(m) != a]   # to start
+            survivor = next((m for m in a.jobs if m not in members), None)
+            if (any(m not in self._jobs or self._deferred.get(m) != a for m in members)
+                    or survivor is not None and not (survivor in self._running and survivor in self._jobs
+                                                     and self._jobs[survivor].running)):
+                for m in members:             # gone (or planned elsewhere): the pair cannot start
                     if self._deferred.get(m) == a:
                         del self._deferred[m]
                 continue
-            if any(waits(m, a) for m in a.jobs):
+            if any(waits(m, a) for m in members):
                 continue                      # a pair starts together: both ready
             if len(a.jobs) > 1:
                 # One pair per node at a time (two released together can cross: A and C on
@@ -885,18 +919,29 @@ class SlurmBackend(SpaceSharing):
                 node = a.nodes[0]
                 if node in pairing:
                     continue
-                halves = (self._shards_wanted(a.jobs[0], a), self._shards_wanted(a.jobs[1], a))
                 room = self._room.get(node)
-                gpu, why = pair_gpu(room, halves) if room is not None else (None, "no shards listed")
-                if gpu is None:
-                    if "part of its shards" in why:   # a survivor of a pair in the way: said once
-                        self._warn_pair(None, a, f"node {node}: {why}; it waits")
-                    else:
-                        log.debug("pair %s waits on %s: %s", "+".join(a.jobs), node, why)
-                    continue
-                take(room, gpu, halves, a.jobs)
+                if survivor is not None:      # the new partner takes the survivor's free half
+                    s = self._jobs[survivor]
+                    want = self.shards_per_gpu(node) - s.shards
+                    gpu, why = first_fit(room, want) if room is not None else (None, "no shards listed")
+                    if gpu is None or str(gpu) != s.gpu_indices[0]:
+                        log.debug("job %s waits to join %s on %s: %s", members[0], survivor, node,
+                                  why or f"first fit would give it GPU {gpu}, not GPU {s.gpu_indices[0]}")
+                        continue
+                    room.free[gpu] -= want
+                    joined[members[0]] = want
+                else:
+                    halves = (self._shards_wanted(a.jobs[0], a), self._shards_wanted(a.jobs[1], a))
+                    gpu, why = pair_gpu(room, halves) if room is not None else (None, "no shards listed")
+                    if gpu is None:
+                        if "part of its shards" in why:   # a survivor of a pair in the way: said once
+                            self._warn_pair(None, a, f"node {node}: {why}; it waits")
+                        else:
+                            log.debug("pair %s waits on %s: %s", "+".join(a.jobs), node, why)
+                        continue
+                    take(room, gpu, halves, a.jobs)
                 pairing.add(node)
-            for m in a.jobs:
+            for m in members:
                 del self._deferred[m]
                 self._planned[m] = a
                 groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(m)
@@ -921,7 +966,7 @@ class SlurmBackend(SpaceSharing):
                 else:
                     what = f"start on {partition} {nodes}"
                     extra = dict(self._unheld(j))
-                    shards = self._shards_wanted(job, a)
+                    shards = joined.get(job) or self._shards_wanted(job, a)
                     if shards and j is not None and j.shards != shards:
                         extra["Gres"] = f"shard:{shards}"
                         what += f" ({shards} shards of one GPU{', paired' if len(a.jobs) > 1 else ''})"
@@ -941,7 +986,7 @@ class SlurmBackend(SpaceSharing):
                     self._refuse_shape(job, a)
         for job in list(ready):               # a pair starts together or not at all
             a = self._planned[job]
-            if len(a.jobs) > 1 and any(m not in ready for m in a.jobs):
+            if len(a.jobs) > 1 and any(m not in ready and self._joining.get(m) != a for m in a.jobs):
                 ready.remove(job)
                 log.warning("job %s not released: its pair %s could not be prepared", job,
                             "+".join(a.jobs))
@@ -958,6 +1003,11 @@ class SlurmBackend(SpaceSharing):
             j = self._jobs.get(job)
             self._release_restarts[job] = j.restarts if j is not None else 0
         pairs = list(dict.fromkeys(self._planned[job] for job in ready if len(self._planned[job].jobs) > 1))
+        for a in pairs:                       # a survivor joined by its new partner: a pair again
+            for m in a.jobs:
+                if self._joining.get(m) == a:
+                    del self._joining[m]
+                    self._pairs[m] = a
         self._planned.clear()
         return pairs
 

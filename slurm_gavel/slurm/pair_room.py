@@ -10,7 +10,8 @@ node waits, and each half takes the first half-GPU freed: measured, tests/
 test_pair_placement.py), and (c) no GPU before that one is about to free room (a job
 leaving it: preempted, completing, or listed without its GPU).  Two pairs released
 together on one node can cross (A with C, B with D), so a node takes one pair at a time.
-`pair_gpu` says which GPU a pair would get, or why it must wait; the backend calls it.
+`pair_gpu` says which GPU a pair would get, or why it must wait; `first_fit`, the GPU of
+one job (a new partner joining a survivor's free half); the backend calls them.
 """
 from __future__ import annotations
 
@@ -66,23 +67,28 @@ def gpu_room(jobs: Iterable[SlurmJob], gpus: dict[str, int], per_gpu: Callable[[
     return room
 
 
-def pair_gpu(r: NodeRoom, halves: tuple[int, int]) -> tuple[int | None, str]:
-    """The GPU (index) both halves get if released now, or (None, why the pair waits)."""
+def first_fit(r: NodeRoom, shards: int) -> tuple[int | None, str]:
+    """The GPU (index) a job of `shards` gets if released now, or (None, why not for certain)."""
     if r.unseen:
         return None, (f"job {','.join(sorted(r.unseen))} holds shards on a GPU Slurm does not "
                       "list yet")
-    small, need = min(halves), sum(halves)
     for i, free in enumerate(r.free):
-        if free >= small:
-            if free >= need:
-                return i, ""
-            return None, (f"GPU {i} has part of its shards in use (job "
-                          f"{','.join(sorted(r.users.get(i, [])))}): first fit would put one half "
-                          "there and the other on another GPU")
+        if free >= shards:
+            return i, ""
         if i in r.leaving:
             return None, (f"job {','.join(sorted(r.users.get(i, [])))} is leaving GPU {i}: its "
                           "shards would take a half")
     return None, "no GPU has room for both halves yet"
+
+
+def pair_gpu(r: NodeRoom, halves: tuple[int, int]) -> tuple[int | None, str]:
+    """The GPU (index) both halves get if released now, or (None, why the pair waits)."""
+    i, why = first_fit(r, min(halves))
+    if i is None or r.free[i] >= sum(halves):
+        return i, why
+    return None, (f"GPU {i} has part of its shards in use (job "
+                  f"{','.join(sorted(r.users.get(i, [])))}): first fit would put one half "
+                  "there and the other on another GPU")
 
 
 def take(r: NodeRoom, gpu: int, halves: tuple[int, int], jobs: tuple[str, ...]) -> None:
