@@ -52,8 +52,11 @@ def test_a_pair_waits_while_a_shard_job_on_its_node_is_completing_without_its_gp
     assert not [a for a in cli.actions if a[0] == "release"], cli.actions
     cli.jobs[0].update(job_state=["PENDING"], nodes="")   # job 5 requeued: its shards are free
     backend.clock.sleep_until(1001)
-    backend.observe()
+    obs = backend.observe()
     assert ("release", ("6", "7")) in cli.actions, cli.actions
+    # released by this very poll: the plan sees the pair holding its GPU (a record read
+    # before the release, still saying JobHeld, must not drop it from the released jobs)
+    assert pair in obs.running, obs.running
     halves = [a for a in cli.actions if a[0] == "update"]
     assert {a[1] for a in halves} == {("6",), ("7",)}
     assert all(("Gres", "shard:2") in a[2] for a in halves), halves

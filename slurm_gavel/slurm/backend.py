@@ -998,6 +998,11 @@ class SlurmBackend(SpaceSharing):
         for job in ready:
             if len(self._planned[job].jobs) > 1:
                 self._pairs[job] = self._planned[job]
+            j = self._jobs.get(job)
+            if j is not None:
+                # as Slurm has it now (until the next poll): no longer held, so that this
+                # poll's own follow-up (_take_back_stuck) does not take it for held by another
+                self._jobs[job] = replace(j, reason="", priority=None)
             self._starting[job] = (self._planned[job], now)
             self._released[job] = now
             j = self._jobs.get(job)

@@ -1,8 +1,9 @@
 """Where Slurm's first fit puts a pair's two halves: the free shards of each GPU, from a poll.
 
-Slurm (select/cons_tres `_pick_shared_gres_topo`, 22.05 and 24.11; no `one_sharing`, no
-`LL_SHARED_GRES`) gives a shard job the first GPU of its node, in gres.conf order, with
-room for its whole count.  The two halves of a pair, released together, therefore land
+Slurm gives a shard job the first GPU of its node, in gres.conf order, with room for its
+whole count (`_pick_specific_topo` in cons_common/gres_select_filter.c at 22.05.8,
+`_pick_shared_gres_topo` in cons_tres/gres_select_filter.c at 24.11.5; without
+`Flags=one_sharing` or `SelectTypeParameters=LL_SHARED_GRES`, which change the order).  The two halves of a pair, released together, therefore land
 on one GPU for certain only when (a) the first GPU with room for the smaller half has
 room for both (whichever half Slurm places first, both then go there), (b) Slurm places
 them now, not later as room appears half a GPU at a time (a pair released onto a full
