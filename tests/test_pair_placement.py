@@ -13,6 +13,7 @@ only a pair that first fit would put on its GPU.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -151,6 +152,39 @@ def test_a_survivor_paired_with_a_new_job_keeps_running_and_its_partner_takes_th
     assert [r.jobs for r in obs.running] == [(a, f)]
     assert backend._jobs[a].start_time == began and backend._jobs[a].restarts == 0   # never stopped
     assert queue(c)[a] == "RUNNING"
+
+
+
+def test_a_pair_that_slurm_splits_after_the_poll_is_requeued_at_once_and_starts_again_together(
+        shard_cluster, tmp_path, caplog):
+    """A pair's job leaves its GPU between the poll and the release (here: cancelled after
+    the round's observation): first fit gives a half of the next pair that freed half, the
+    other half the GPU the backend chose.  The backend sees it in its read after the
+    release, requeues the new pair held at once, and starts it again together later."""
+    c = shard_cluster
+    a, b, e, f = (submit(c, tmp_path, "convnet", 1, 10 ** 6) for _ in range(4))
+    backend, node = _backend(c)
+    first = Assignment((a, b), "v100", ((node, 1),))
+    backend.execute(RoundPlan(0, (first,), (), (first,), ()), time.time() + 600)
+    _wait(backend, c, (a, b))
+    assert _gpu_of(c, a) == (node, "0")
+    backend.observe()                          # the round's observation: GPU 0 full, 1-3 free
+    c.run(["scancel", a])                      # a leaves GPU 0 after it
+    deadline = time.time() + 20
+    while a in queue(c):
+        assert time.time() < deadline, queue(c)
+        time.sleep(0.3)
+    new = Assignment((e, f), "v100", ((node, 1),))
+    with caplog.at_level(logging.WARNING, logger="slurm_gavel.slurm"):
+        backend.execute(RoundPlan(1, (first, new), (first,), (new,), ()), time.time() + 600)
+    said = [r.getMessage() for r in caplog.records if "landed on two GPUs" in r.getMessage()]
+    assert said and e in said[0] and f in said[0], [r.getMessage() for r in caplog.records]
+    time.sleep(2)
+    where = {j: _gpu_of(c, j) for j in (e, f)}
+    assert not all(where.values()) or where[e] == where[f], where     # not left split
+    c.run(["scancel", b])                      # GPU 0 free again
+    _wait(backend, c, (e, f), 40)
+    assert _gpu_of(c, e) == _gpu_of(c, f)
 
 
 # -- the rule, on polls as both versions list them (no cluster) -----------------------------

@@ -854,16 +854,18 @@ class SlurmBackend(SpaceSharing):
         settled: set[str] = set()
         while True:
             pairs = self._release_deferred(settled)
-            nodes = {a.nodes[0] for a in pairs}
-            if self.dry_run or not any(len(a.jobs) > 1 and a.nodes[0] in nodes
-                                       for a in self._deferred.values()):
-                return                        # no further pair waits on those nodes
+            if not pairs or self.dry_run:
+                return
             if not self._await_pairs(pairs, settled):
                 return                        # Slurm did not place them in time: a poll on
+            nodes = {a.nodes[0] for a in pairs}
+            if not any(len(a.jobs) > 1 and a.nodes[0] in nodes for a in self._deferred.values()):
+                return                        # no further pair waits on those nodes
 
     def _await_pairs(self, pairs: list[Assignment], settled: set[str]) -> bool:
         """Read Slurm until every pair just released runs with its GPU listed (at most
-        PAIR_PLACED_SECONDS), then take the GPUs' room from that read; False if not placed."""
+        PAIR_PLACED_SECONDS), undo any that Slurm split (`_undo_split`), then take the GPUs'
+        room from that read; False if not placed in time."""
         want = {m for a in pairs for m in a.jobs}
         deadline = time.monotonic() + PAIR_PLACED_SECONDS
         while True:
@@ -875,10 +877,41 @@ class SlurmBackend(SpaceSharing):
                 break
             if time.monotonic() >= deadline:
                 return False
+        for a in pairs:
+            where = {seen[m].gpu_indices for m in a.jobs}
+            if len(where) > 1:
+                self._undo_split(a, {m: seen[m].gpu_indices[0] for m in a.jobs})
         self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
                               self._leaving)
         settled.update(want)
         return True
+
+    def _undo_split(self, a: Assignment, gpus: Mapping[str, str]) -> None:
+        """Slurm put the halves of a pair just released on two GPUs: a job left a GPU before
+        the chosen one between the poll and Slurm's placement (first fit then gave it a half).
+        The pair's new jobs are requeued held at once (seconds after their start: little
+        lost) and start again, together, from a later poll; a survivor joined keeps running."""
+        node = a.nodes[0]
+        joined = [m for m in a.jobs if m in self._running]         # a survivor, running before
+        new = [m for m in a.jobs if m not in joined]
+        said = ", ".join(f"{m} GPU {node}:{gpus[m]}" for m in a.jobs)
+        log.warning("pair %s landed on two GPUs (%s): a job left a GPU first fit took between "
+                    "the poll and Slurm's placement; job %s requeued held, started again together",
+                    "+".join(a.jobs), said, ",".join(new))
+        for m in a.jobs:
+            self.on_event("pair_split_undone", m, said)
+        if not self._act("requeuehold (pair split by Slurm)", new, lambda: self.cli.requeue_hold(new),
+                         why=f"its pair {'+'.join(a.jobs)} landed on two GPUs"):
+            return                            # the next poll's check reports the split
+        now = self.clock.now()
+        for m in a.jobs:
+            self._pairs.pop(m, None)
+        for m in new:
+            self._starting.pop(m, None)
+            self._stopped[m] = (now, a.nodes)  # restart guard: not on that node within the second
+            self._deferred[m] = a
+        for m in joined:
+            self._joining[m] = a
 
     def _release_deferred(self, settled: set[str] = frozenset()) -> list[Assignment]:
         """Start every deferred job that is no longer running: one `scontrol update` per job
