@@ -853,19 +853,31 @@ class SlurmBackend(SpaceSharing):
         the pairs of a round start in that round (`_await_pairs`)."""
         settled: set[str] = set()
         while True:
-            pairs = self._release_deferred(settled)
-            if not pairs or self.dry_run:
+            released = self._release_deferred(settled)
+            if self.dry_run or not released:
                 return
-            if not self._await_pairs(pairs, settled):
-                return                        # Slurm did not place them in time: a poll on
-            nodes = {a.nodes[0] for a in pairs}
-            if not any(len(a.jobs) > 1 and a.nodes[0] in nodes for a in self._deferred.values()):
-                return                        # no further pair waits on those nodes
+            pairs = [a for a in released if len(a.jobs) > 1]
+            waiting = {a.nodes[0] for a in self._deferred.values() if len(a.jobs) > 1}
+            more = waiting & {a.nodes[0] for a in released}
+            # pairs are read back (a split is undone); before a node's next pair, a lone
+            # shard job just released there is placed too (it changes which GPU is free),
+            # if it can be now (a whole GPU free; else that pair waits for a later poll)
+            lone = [a for a in released if len(a.jobs) == 1 and a.nodes[0] in more
+                    and self._whole_gpu_free(a.nodes[0])]
+            if not pairs and not lone:
+                return
+            if not self._await_pairs(pairs + lone, settled) or not more:
+                return
+
+    def _whole_gpu_free(self, node: str) -> bool:
+        r = self._room.get(node)
+        return r is not None and any(free >= self.shards_per_gpu(node) for free in r.free)
 
     def _await_pairs(self, pairs: list[Assignment], settled: set[str]) -> bool:
-        """Read Slurm until every pair just released runs with its GPU listed (at most
-        PAIR_PLACED_SECONDS), undo any that Slurm split (`_undo_split`), then take the GPUs'
-        room from that read; False if not placed in time."""
+        """Read Slurm until every job of `pairs` (pairs and lone shard jobs just released)
+        runs with its GPU listed (at most PAIR_PLACED_SECONDS), undo any pair that Slurm
+        split (`_undo_split`), then take the GPUs' room from that read; False if not placed
+        in time."""
         want = {m for a in pairs for m in a.jobs}
         deadline = time.monotonic() + PAIR_PLACED_SECONDS
         while True:
@@ -879,7 +891,7 @@ class SlurmBackend(SpaceSharing):
                 return False
         for a in pairs:
             where = {seen[m].gpu_indices for m in a.jobs}
-            if len(where) > 1:
+            if len(a.jobs) > 1 and len(where) > 1:
                 self._undo_split(a, {m: seen[m].gpu_indices[0] for m in a.jobs})
         self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
                               self._leaving)
@@ -917,8 +929,8 @@ class SlurmBackend(SpaceSharing):
         """Start every deferred job that is no longer running: one `scontrol update` per job
         (a distributed one gets its shape in it) and one `scontrol release` for all (Slurm
         takes id lists).  A pair only where both halves get one GPU now (pair_room.py), one
-        per node (pairs of `settled` jobs, placed already, do not count); the pairs released
-        are returned."""
+        per node, none next to a shard job released but not placed yet (`settled` jobs are
+        placed); the pairs and lone shard jobs released are returned."""
         groups: dict[tuple[str, str], list[str]] = {}
 
         def waits(job: str, a: Assignment) -> bool:
@@ -928,8 +940,11 @@ class SlurmBackend(SpaceSharing):
             stopped = self._stopped.get(job)
             return bool(stopped and set(stopped[1]) & set(a.nodes)
                         and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
+        # nodes with a shard job released but not placed yet (a pair, or a lone job that
+        # will take a whole GPU's shards): a pair there waits until it is placed
         pairing = {a.nodes[0] for job, (a, _) in self._starting.items()
-                   if len(a.jobs) > 1 and job not in settled}
+                   if job not in settled and len(a.servers) == 1 and job in self._jobs
+                   and self._jobs[job].shards and not self._jobs[job].running}
         joined: dict[str, int] = {}          # a survivor's new partner -> the shards it asks
         for job, a in list(self._deferred.items()):
             if job not in self._deferred:
@@ -1046,8 +1061,10 @@ class SlurmBackend(SpaceSharing):
                 if self._joining.get(m) == a:
                     del self._joining[m]
                     self._pairs[m] = a
+        released = list(dict.fromkeys(self._planned[job] for job in ready if len(self._planned[job].servers) == 1
+                                      and (len(self._planned[job].jobs) > 1 or job in self._jobs and self._jobs[job].shards)))
         self._planned.clear()
-        return pairs
+        return released
 
     @staticmethod
     def _unheld(j: SlurmJob | None) -> dict[str, str]:
