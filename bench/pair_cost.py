@@ -9,7 +9,8 @@ repository's job_submit.lua with GAVEL_SHARDS_PER_GPU = 4), then:
    NodeList, StartTime; the shard count already right) against as half of a pair
    (the same plus Gres=shard:2), for some rounds;
 2. start: P pairs planned in one round on one node, through SlurmBackend (one
-   pair per node at a time, docs/space-sharing.md): the seconds from the plan
+   pair per release, the node's next once Slurm lists the previous one on its
+   GPU, within the same call: docs/space-sharing.md): the seconds from the plan
    until every job runs and each pair shares its GPU, the polls and the Slurm
    calls it took.
 

@@ -52,8 +52,31 @@ def test_a_pair_waits_while_a_shard_job_on_its_node_is_completing_without_its_gp
     assert not [a for a in cli.actions if a[0] == "release"], cli.actions
     cli.jobs[0].update(job_state=["PENDING"], nodes="")   # job 5 requeued: its shards are free
     backend.clock.sleep_until(1001)
-    backend.observe()
+    obs = backend.observe()
     assert ("release", ("6", "7")) in cli.actions, cli.actions
+    # released by this very poll: the plan sees the pair holding its GPU (a record read
+    # before the release, still saying JobHeld, must not drop it from the released jobs)
+    assert pair in obs.running, obs.running
     halves = [a for a in cli.actions if a[0] == "update"]
     assert {a[1] for a in halves} == {("6",), ("7",)}
     assert all(("Gres", "shard:2") in a[2] for a in halves), halves
+
+
+def test_a_pair_whose_job_is_completing_without_its_gpu_is_not_reported_split():
+    """22.05.8 and 24.11.5 list a job that finished while COMPLETING with its node and no
+    gres_detail: its pair's check must not read that as 'another GPU' (a false
+    `does not share a GPU` seen in bench/mixed_workload.py on 22.05.8)."""
+    cli = ShardReplay()
+    events = []
+    backend = SlurmBackend(cli, SimulatedClock(1000.0), partitions={"v100": "v100"},
+                           on_event=lambda kind, job, text: events.append((kind, job)))
+    running = dict(job_state="RUNNING", nodes="v100-0", tres_per_node="gres/shard:2",
+                   gres_detail=["shard:2(IDX:0)"], state_reason="None", priority=1, node_count=1)
+    cli.jobs = [dict(copy.deepcopy(cli.jobs[1]), **running),
+                dict(copy.deepcopy(cli.jobs[2]), **running)]
+    obs = backend.observe()
+    assert [r.jobs for r in obs.running] == [("6", "7")]          # the two halves: a pair
+    cli.jobs[1].update(job_state=["COMPLETED", "COMPLETING"], gres_detail=[])
+    backend.clock.sleep_until(1001)
+    backend.observe()
+    assert not [e for e in events if e[0] == "gpu_shared"], events

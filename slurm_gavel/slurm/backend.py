@@ -34,8 +34,10 @@ planned again at once (`replan`: the daemon starts a new round), with the reason
 
 * a pair row (space sharing, docs/space-sharing.md): both one-GPU jobs ask
   gres/shard (job_submit.lua); each gets half of one GPU's shards on the node
-  (`Gres=shard:S/2` in its update), both are released in one call, one pair per
-  node at a time; they are reported as the pair's row and usage, and stop
+  (`Gres=shard:S/2` in its update), both are released in one call, only where
+  Slurm's first fit gives both one GPU now (pair_room.py), one pair per node per
+  release, the node's next pair once Slurm lists the previous one on its GPU (in
+  the same call); they are reported as the pair's row and usage, and stop
   together.  Each poll checks which jobs Slurm gave each GPU (gres_detail IDX).
   The pair rows' own part lives in sharing.py (`SpaceSharing`, mixed in here).
 
@@ -68,6 +70,7 @@ from __future__ import annotations
 import logging
 import math
 import signal as signals
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
@@ -76,6 +79,7 @@ from ..core.errors import GavelError, InputError
 from .flags import admin_flags, admin_status, from_admin_comment, with_status
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, parse_records, summary
+from .pair_room import NodeRoom, first_fit, gpu_room, pair_gpu, take
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
@@ -93,6 +97,11 @@ UNKNOWN_MODEL = "unknown"
 RESTART_GUARD_SECONDS = 2.0
 # A released job Slurm has not started after this long is taken back (held).
 START_TIMEOUT_SECONDS = 30.0
+# The pairs of one node are released one after another: the next once Slurm lists the
+# previous one running on its GPU (read every PAIR_READ_SECONDS, at most PAIR_PLACED_SECONDS;
+# Slurm places a released job within its next scheduling pass, well under a second here).
+PAIR_READ_SECONDS = 0.2
+PAIR_PLACED_SECONDS = 3.0
 MAX_BACKOFF_ROUNDS = 16
 # `scontrol update` calls a round that mark held jobs with why they wait (show_holds)
 STATUS_PER_ROUND = 20
@@ -217,8 +226,10 @@ class SlurmBackend(SpaceSharing):
         # together on one GPU (half its shards each), until one of them stops
         self._pairs: dict[str, Assignment] = {}
         self._gpu_users: dict[tuple[str, str], list[str]] = {}   # (node, IDX) -> running jobs
-        self._partial: dict[str, list[str]] = {}      # node -> jobs on a partly used GPU's shards
-        self._unseen_shards: dict[str, list[str]] = {}  # node -> shard jobs listed without their GPU
+        self._room: dict[str, NodeRoom] = {}          # shard node -> free shards per GPU (pair_room.py)
+        # survivor of a pair (alone on half a GPU) -> the new pair row whose other job takes
+        # the free half: the survivor keeps running (`_joins`)
+        self._joining: dict[str, Assignment] = {}
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
@@ -258,19 +269,11 @@ class SlurmBackend(SpaceSharing):
         gavel: dict[str, SlurmJob] = {}
         others: dict[str, int] = {}
         self._gpu_users = {}
-        shards_used: dict[tuple[str, str], int] = {}
-        unseen: dict[str, list[str]] = {}      # node -> shard jobs held on a GPU not listed
         for j in jobs:
             if j.running:
-                if j.shards and not any(j.gpu_indices):
-                    # 24.11 lists a requeued shard job still COMPLETING with its node but no
-                    # gres_detail: its shards are held, on a GPU we cannot tell
-                    for n in j.nodes:
-                        unseen.setdefault(n, []).append(j.job_id)
                 for n, idx in zip(j.nodes, j.gpu_indices):
                     for i in _indices(idx):
                         self._gpu_users.setdefault((n, i), []).append(j.job_id)
-                        shards_used[(n, i)] = shards_used.get((n, i), 0) + j.shards
             if j.admin_comment.startswith(GAVEL_PREFIX):
                 if not j.finished:
                     gavel[j.job_id] = j
@@ -349,16 +352,14 @@ class SlurmBackend(SpaceSharing):
         self._settle_lost(now, nodes)
         self._refused = {job: r for job, r in self._refused.items() if job in gavel}
         self._taken = {job: why for job, why in self._taken.items() if job in gavel and not gavel[job].running}
+        # a pair lasts while both run or are released (a released job Slurm lists no more,
+        # cancelled before it ran, ends its pair now: its partner runs on alone)
         self._pairs = {job: a for job, a in self._pairs.items()
-                       if all(m in self._running or m in self._starting for m in a.jobs)}
-        # node -> jobs on a GPU whose shards are partly free (a pair's job whose partner
-        # left): a new pair's first half would go there (first fit), not where its other half goes
-        self._partial = {}
-        for (n, i), used in sorted(shards_used.items()):
-            per = self.shards_per_gpu(n)
-            if 0 < used and per - used >= per // 2 > 0:      # room for a pair's smaller half
-                self._partial.setdefault(n, []).extend(self._gpu_users[(n, i)])
-        self._unseen_shards = unseen
+                       if all(m in self._running or m in self._starting and m in gavel for m in a.jobs)}
+        # each shard node's GPUs as Slurm's first fit sees them (pair_room.py): where a pair
+        # released now would go, or why it waits
+        self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
+                              self._leaving)
         self._adopt_pairs()
         self._check_pairs()
         # a job Slurm runs again starts its refusals afresh
@@ -762,8 +763,17 @@ class SlurmBackend(SpaceSharing):
         self._round = plan.round
         if round_end > now and plan.round != self._executed_round:   # not a start within the round
             self.round_seconds = round_end - now
+        if plan.round != self._executed_round:
+            # a pair still waiting for a GPU with room for both halves is the last round's:
+            # this round starts it again or not
+            for job, a in list(self._deferred.items()):
+                if len(a.jobs) > 1 and a not in plan.start:
+                    del self._deferred[job]
+            self._joining = {}
         self._executed_round = plan.round
-        stop = [job for job in plan.preempt if job in self._running and job not in self._preempted]
+        self._joining.update(self._joins(plan))
+        stop = [job for job in plan.preempt if job in self._running and job not in self._preempted
+                and job not in self._joining]
         # a pair stops together (its partner cannot go on alone on half a GPU's shards)
         kept = {job for a in plan.keep for job in a.jobs}
         for job in plan.preempt:
@@ -796,7 +806,8 @@ class SlurmBackend(SpaceSharing):
                     self._warn_pair(plan.round, a, why)
                     continue
                 for member in a.jobs:
-                    self._deferred[member] = a
+                    if self._joining.get(member) != a:     # (a survivor joined keeps running)
+                        self._deferred[member] = a
                 continue
             j = self._jobs.get(job)
             if len(a.servers) > 1 and (j is None or not j.reshapeable):
@@ -813,10 +824,113 @@ class SlurmBackend(SpaceSharing):
         self._start_deferred()
 
     # -- helpers ---------------------------------------------------------------------
+    def _joins(self, plan: RoundPlan) -> dict[str, Assignment]:
+        """Survivors of a pair (running alone on part of one GPU's shards) that this plan
+        pairs with a new job on the same node and type: the survivor keeps running (not
+        preempted and restarted with its new partner), the partner takes the free half."""
+        out = {}
+        for a in plan.start:
+            if len(a.jobs) != 2 or self._pair_problem(a):
+                continue
+            running = [m for m in a.jobs if m in self._running and m not in self._preempted]
+            if len(running) != 1 or running[0] in self._pairs:
+                continue
+            s, j = running[0], self._jobs.get(running[0])
+            if (j is not None and j.running and 0 < j.shards < self.shards_per_gpu(a.nodes[0])
+                    and tuple(j.nodes) == a.nodes and len(j.gpu_indices) == 1
+                    and j.gpu_indices[0].isdigit() and self._running[s].worker_type == a.worker_type):
+                out[s] = a
+        return out
+
+    def _leaving(self, j: SlurmJob) -> bool:
+        """A running job about to free its GPU: preempted by us, or completing."""
+        return j.job_id in self._preempted or "COMPLETING" in j.state
+
     def _start_deferred(self) -> None:
+        """Start every deferred job that is no longer running (`_release_deferred`).  A node
+        takes one pair per release (two released together can cross); the next pair of a
+        node goes once Slurm has placed the previous one, read again within this call, so
+        the pairs of a round start in that round (`_await_pairs`)."""
+        settled: set[str] = set()
+        while True:
+            released = self._release_deferred(settled)
+            if self.dry_run or not released:
+                return
+            pairs = [a for a in released if len(a.jobs) > 1]
+            waiting = {a.nodes[0] for a in self._deferred.values() if len(a.jobs) > 1}
+            more = waiting & {a.nodes[0] for a in released}
+            # pairs are read back (a split is undone); before a node's next pair, a lone
+            # shard job just released there is placed too (it changes which GPU is free),
+            # if it can be now (a whole GPU free; else that pair waits for a later poll)
+            lone = [a for a in released if len(a.jobs) == 1 and a.nodes[0] in more
+                    and self._whole_gpu_free(a.nodes[0])]
+            if not pairs and not lone:
+                return
+            if not self._await_pairs(pairs + lone, settled) or not more:
+                return
+
+    def _whole_gpu_free(self, node: str) -> bool:
+        r = self._room.get(node)
+        return r is not None and any(free >= self.shards_per_gpu(node) for free in r.free)
+
+    def _await_pairs(self, pairs: list[Assignment], settled: set[str]) -> bool:
+        """Read Slurm until every job of `pairs` (pairs and lone shard jobs just released)
+        runs with its GPU listed (at most PAIR_PLACED_SECONDS), undo any pair that Slurm
+        split (`_undo_split`), then take the GPUs' room from that read; False if not placed
+        in time."""
+        want = {m for a in pairs for m in a.jobs}
+        deadline = time.monotonic() + PAIR_PLACED_SECONDS
+        while True:
+            # real time, not the clock's sleep: that one is the daemon's, woken by its signals
+            time.sleep(PAIR_READ_SECONDS)
+            jobs = parse_jobs(self.cli.squeue())
+            seen = {j.job_id: j for j in jobs if j.job_id in want and j.running and any(j.gpu_indices)}
+            if len(seen) == len(want):
+                break
+            if time.monotonic() >= deadline:
+                return False
+        for a in pairs:
+            where = {seen[m].gpu_indices for m in a.jobs}
+            if len(a.jobs) > 1 and len(where) > 1:
+                self._undo_split(a, {m: seen[m].gpu_indices[0] for m in a.jobs})
+        self._room = gpu_room(jobs, {n.name: n.gpus for n in self._nodes}, self.shards_per_gpu,
+                              self._leaving)
+        settled.update(want)
+        return True
+
+    def _undo_split(self, a: Assignment, gpus: Mapping[str, str]) -> None:
+        """Slurm put the halves of a pair just released on two GPUs: a job left a GPU before
+        the chosen one between the poll and Slurm's placement (first fit then gave it a half).
+        The pair's new jobs are requeued held at once (seconds after their start: little
+        lost) and start again, together, from a later poll; a survivor joined keeps running."""
+        node = a.nodes[0]
+        joined = [m for m in a.jobs if m in self._running]         # a survivor, running before
+        new = [m for m in a.jobs if m not in joined]
+        said = ", ".join(f"{m} GPU {node}:{gpus[m]}" for m in a.jobs)
+        log.warning("pair %s landed on two GPUs (%s): a job left a GPU first fit took between "
+                    "the poll and Slurm's placement; job %s requeued held, started again together",
+                    "+".join(a.jobs), said, ",".join(new))
+        for m in a.jobs:
+            self.on_event("pair_split_undone", m, said)
+        if not self._act("requeuehold (pair split by Slurm)", new, lambda: self.cli.requeue_hold(new),
+                         why=f"its pair {'+'.join(a.jobs)} landed on two GPUs"):
+            return                            # the next poll's check reports the split
+        now = self.clock.now()
+        for m in a.jobs:
+            self._pairs.pop(m, None)
+        for m in new:
+            self._starting.pop(m, None)
+            self._stopped[m] = (now, a.nodes)  # restart guard: not on that node within the second
+            self._deferred[m] = a
+        for m in joined:
+            self._joining[m] = a
+
+    def _release_deferred(self, settled: set[str] = frozenset()) -> list[Assignment]:
         """Start every deferred job that is no longer running: one `scontrol update` per job
         (a distributed one gets its shape in it) and one `scontrol release` for all (Slurm
-        takes id lists)."""
+        takes id lists).  A pair only where both halves get one GPU now (pair_room.py), one
+        per node, none next to a shard job released but not placed yet (`settled` jobs are
+        placed); the pairs and lone shard jobs released are returned."""
         groups: dict[tuple[str, str], list[str]] = {}
 
         def waits(job: str, a: Assignment) -> bool:
@@ -826,38 +940,61 @@ class SlurmBackend(SpaceSharing):
             stopped = self._stopped.get(job)
             return bool(stopped and set(stopped[1]) & set(a.nodes)
                         and self.clock.now() - stopped[0] < RESTART_GUARD_SECONDS)  # too soon
-        pairing = {a.nodes[0] for a, _ in self._starting.values() if len(a.jobs) > 1}
+        # nodes with a shard job released but not placed yet (a pair, or a lone job that
+        # will take a whole GPU's shards): a pair there waits until it is placed
+        pairing = {a.nodes[0] for job, (a, _) in self._starting.items()
+                   if job not in settled and len(a.servers) == 1 and job in self._jobs
+                   and self._jobs[job].shards and not self._jobs[job].running}
+        joined: dict[str, int] = {}          # a survivor's new partner -> the shards it asks
         for job, a in list(self._deferred.items()):
             if job not in self._deferred:
                 continue                      # its pair's other job decided for both
-            if any(m not in self._jobs or self._deferred.get(m) != a for m in a.jobs):
-                for m in a.jobs:              # gone (or planned elsewhere): the pair cannot start
+            members = [m for m in a.jobs if self._joining.get(m) != a]   # to start
+            survivor = next((m for m in a.jobs if m not in members), None)
+            if (any(m not in self._jobs or self._deferred.get(m) != a for m in members)
+                    or survivor is not None and not (survivor in self._running and survivor in self._jobs
+                                                     and self._jobs[survivor].running)):
+                for m in members:             # gone (or planned elsewhere): the pair cannot start
                     if self._deferred.get(m) == a:
                         del self._deferred[m]
                 continue
-            if any(waits(m, a) for m in a.jobs):
+            if any(waits(m, a) for m in members):
                 continue                      # a pair starts together: both ready
             if len(a.jobs) > 1:
-                # One pair per node at a time: Slurm gives each half the first GPU with half
-                # its shards free, so two pairs released together can cross (A and C on one
-                # GPU, B and D on another); the next pair goes once this one runs (a poll on).
-                if a.nodes[0] in pairing or a.nodes[0] in self._unseen_shards:
-                    continue                  # (a job there holds shards on a GPU not listed: a poll on)
-                partial = self._partial.get(a.nodes[0])
-                if partial:
-                    for m in a.jobs:
-                        del self._deferred[m]
-                    self._warn_pair(None, a, f"a GPU of node {a.nodes[0]} has part of its shards "
-                                             f"in use (job {','.join(sorted(set(partial)))}): the "
-                                             "pair's halves would land on different GPUs")
+                # One pair per node at a time (two released together can cross: A and C on
+                # one GPU, B and D on another), and only where first fit gives both halves
+                # one GPU now (pair_room.py); else it waits, deferred, for a later poll.
+                node = a.nodes[0]
+                if node in pairing:
                     continue
-                pairing.add(a.nodes[0])
-            for m in a.jobs:
+                room = self._room.get(node)
+                if survivor is not None:      # the new partner takes the survivor's free half
+                    s = self._jobs[survivor]
+                    want = self.shards_per_gpu(node) - s.shards
+                    gpu, why = first_fit(room, want) if room is not None else (None, "no shards listed")
+                    if gpu is None or str(gpu) != s.gpu_indices[0]:
+                        log.debug("job %s waits to join %s on %s: %s", members[0], survivor, node,
+                                  why or f"first fit would give it GPU {gpu}, not GPU {s.gpu_indices[0]}")
+                        continue
+                    room.free[gpu] -= want
+                    joined[members[0]] = want
+                else:
+                    halves = (self._shards_wanted(a.jobs[0], a), self._shards_wanted(a.jobs[1], a))
+                    gpu, why = pair_gpu(room, halves) if room is not None else (None, "no shards listed")
+                    if gpu is None:
+                        if "part of its shards" in why:   # a survivor of a pair in the way: said once
+                            self._warn_pair(None, a, f"node {node}: {why}; it waits")
+                        else:
+                            log.debug("pair %s waits on %s: %s", "+".join(a.jobs), node, why)
+                        continue
+                    take(room, gpu, halves, a.jobs)
+                pairing.add(node)
+            for m in members:
                 del self._deferred[m]
                 self._planned[m] = a
                 groups.setdefault((self._partition_of[a.worker_type], ",".join(a.nodes)), []).append(m)
         if not groups:
-            return
+            return []
         # `scontrol update` takes a list of job ids for Partition or StartTime, but
         # 22.05 answers "Invalid job ID" to a list together with NodeList: one
         # update per job, then one release for all of them.
@@ -877,7 +1014,7 @@ class SlurmBackend(SpaceSharing):
                 else:
                     what = f"start on {partition} {nodes}"
                     extra = dict(self._unheld(j))
-                    shards = self._shards_wanted(job, a)
+                    shards = joined.get(job) or self._shards_wanted(job, a)
                     if shards and j is not None and j.shards != shards:
                         extra["Gres"] = f"shard:{shards}"
                         what += f" ({shards} shards of one GPU{', paired' if len(a.jobs) > 1 else ''})"
@@ -897,7 +1034,7 @@ class SlurmBackend(SpaceSharing):
                     self._refuse_shape(job, a)
         for job in list(ready):               # a pair starts together or not at all
             a = self._planned[job]
-            if len(a.jobs) > 1 and any(m not in ready for m in a.jobs):
+            if len(a.jobs) > 1 and any(m not in ready and self._joining.get(m) != a for m in a.jobs):
                 ready.remove(job)
                 log.warning("job %s not released: its pair %s could not be prepared", job,
                             "+".join(a.jobs))
@@ -909,11 +1046,25 @@ class SlurmBackend(SpaceSharing):
         for job in ready:
             if len(self._planned[job].jobs) > 1:
                 self._pairs[job] = self._planned[job]
+            j = self._jobs.get(job)
+            if j is not None:
+                # as Slurm has it now (until the next poll): no longer held, so that this
+                # poll's own follow-up (_take_back_stuck) does not take it for held by another
+                self._jobs[job] = replace(j, reason="", priority=None)
             self._starting[job] = (self._planned[job], now)
             self._released[job] = now
             j = self._jobs.get(job)
             self._release_restarts[job] = j.restarts if j is not None else 0
+        pairs = list(dict.fromkeys(self._planned[job] for job in ready if len(self._planned[job].jobs) > 1))
+        for a in pairs:                       # a survivor joined by its new partner: a pair again
+            for m in a.jobs:
+                if self._joining.get(m) == a:
+                    del self._joining[m]
+                    self._pairs[m] = a
+        released = list(dict.fromkeys(self._planned[job] for job in ready if len(self._planned[job].servers) == 1
+                                      and (len(self._planned[job].jobs) > 1 or job in self._jobs and self._jobs[job].shards)))
         self._planned.clear()
+        return released
 
     @staticmethod
     def _unheld(j: SlurmJob | None) -> dict[str, str]:

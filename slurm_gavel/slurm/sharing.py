@@ -113,7 +113,8 @@ class SpaceSharing:
                 p = self._jobs[partner]
                 mine = list(zip(j.nodes, j.gpu_indices))
                 theirs = list(zip(p.nodes, p.gpu_indices))
-                if mine != theirs and all(i for _, i in mine + theirs):
+                # (a job listed without its GPU, completing, says nothing about where it ran)
+                if mine and theirs and mine != theirs and all(i for _, i in mine + theirs):
                     self._alarm(("split", job, partner), f"pair {job}+{partner} does not share a "
                                 f"GPU: Slurm gave {job} {_gpus(mine)} and {partner} {_gpus(theirs)}")
             for n, idx in zip(j.nodes, j.gpu_indices):

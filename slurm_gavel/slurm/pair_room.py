@@ -1,0 +1,98 @@
+"""Where Slurm's first fit puts a pair's two halves: the free shards of each GPU, from a poll.
+
+Slurm gives a shard job the first GPU of its node, in gres.conf order, with room for its
+whole count (`_pick_specific_topo` in cons_common/gres_select_filter.c at 22.05.8,
+`_pick_shared_gres_topo` in cons_tres/gres_select_filter.c at 24.11.5; without
+`Flags=one_sharing` or `SelectTypeParameters=LL_SHARED_GRES`, which change the order).  The two halves of a pair, released together, therefore land
+on one GPU for certain only when (a) the first GPU with room for the smaller half has
+room for both (whichever half Slurm places first, both then go there), (b) Slurm places
+them now, not later as room appears half a GPU at a time (a pair released onto a full
+node waits, and each half takes the first half-GPU freed: measured, tests/
+test_pair_placement.py), and (c) no GPU before that one is about to free room (a job
+leaving it: preempted, completing, or listed without its GPU).  Two pairs released
+together on one node can cross (A with C, B with D), so a node takes one pair at a time.
+`pair_gpu` says which GPU a pair would get, or why it must wait; `first_fit`, the GPU of
+one job (a new partner joining a survivor's free half); the backend calls them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .records import SlurmJob
+
+
+@dataclass
+class NodeRoom:
+    """One node's GPUs as first fit sees them: free shards per GPU (index order), the jobs
+    on each, the GPUs a leaving job still holds, and shard jobs whose GPU is not listed."""
+    free: list[int]
+    users: dict[int, list[str]] = field(default_factory=dict)
+    leaving: set[int] = field(default_factory=set)
+    unseen: list[str] = field(default_factory=list)
+
+
+def _indices(idx: str) -> list[int]:
+    out = []
+    for part in idx.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.extend(range(int(lo), int(hi or lo) + 1) if (hi.isdigit() or not hi) else [int(lo)])
+    return out
+
+
+def gpu_room(jobs: Iterable[SlurmJob], gpus: dict[str, int], per_gpu: Callable[[str], int],
+             leaving: Callable[[SlurmJob], bool]) -> dict[str, NodeRoom]:
+    """node -> its `NodeRoom`, for the nodes with shards (`per_gpu(node)` > 0), from every
+    running job of a poll (gavel or not): a shard job takes its count of its GPU, a job
+    holding whole GPUs (gres/gpu) takes all of theirs."""
+    room = {n: NodeRoom([per_gpu(n)] * count) for n, count in gpus.items() if per_gpu(n) > 0}
+    for j in jobs:
+        if not j.running:
+            continue
+        for k, n in enumerate(j.nodes):
+            r = room.get(n)
+            if r is None:
+                continue
+            idx = j.gpu_indices[k] if k < len(j.gpu_indices) else ""
+            where = _indices(idx)
+            if j.shards and not where:
+                r.unseen.append(j.job_id)            # its shards are held, on a GPU not listed
+            for i in where:
+                if i >= len(r.free):
+                    continue
+                r.free[i] = max(0, r.free[i] - j.shards) if j.shards else 0
+                r.users.setdefault(i, []).append(j.job_id)
+                if leaving(j):
+                    r.leaving.add(i)
+    return room
+
+
+def first_fit(r: NodeRoom, shards: int) -> tuple[int | None, str]:
+    """The GPU (index) a job of `shards` gets if released now, or (None, why not for certain)."""
+    if r.unseen:
+        return None, (f"job {','.join(sorted(r.unseen))} holds shards on a GPU Slurm does not "
+                      "list yet")
+    for i, free in enumerate(r.free):
+        if free >= shards:
+            return i, ""
+        if i in r.leaving:
+            return None, (f"job {','.join(sorted(r.users.get(i, [])))} is leaving GPU {i}: its "
+                          "shards would take a half")
+    return None, "no GPU has room for both halves yet"
+
+
+def pair_gpu(r: NodeRoom, halves: tuple[int, int]) -> tuple[int | None, str]:
+    """The GPU (index) both halves get if released now, or (None, why the pair waits)."""
+    i, why = first_fit(r, min(halves))
+    if i is None or r.free[i] >= sum(halves):
+        return i, why
+    return None, (f"GPU {i} has part of its shards in use (job "
+                  f"{','.join(sorted(r.users.get(i, [])))}): first fit would put one half "
+                  "there and the other on another GPU")
+
+
+def take(r: NodeRoom, gpu: int, halves: tuple[int, int], jobs: tuple[str, ...]) -> None:
+    """What a released pair takes of `r` (so that the next decision sees it)."""
+    r.free[gpu] -= sum(halves)
+    r.users.setdefault(gpu, []).extend(jobs)
