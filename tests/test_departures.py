@@ -167,7 +167,8 @@ def test_a_job_that_ends_while_the_daemon_is_stopped(cluster, tmp_path, caplog):
 
 
 def test_cancelled_failed_and_died_at_preemption(cluster, tmp_path, capsys):
-    config = write_config(tmp_path, cluster)
+    # signalled at once, a second after it runs (tests/test_min_run.py has the guard)
+    config = write_config(tmp_path, cluster, min_run_seconds=0)
     cancelled = submit(cluster, tmp_path, "sleep 600")
     failed = submit(cluster, tmp_path, "sleep 3; exit 1")
     nohandler = submit(cluster, tmp_path, "echo ready; sleep 600")     # no trap for USR2

@@ -12,7 +12,10 @@ Acting (`execute`):
 * preempt: `scancel --batch --signal=USR2` (configurable); the job saves a
   checkpoint and exits with the requeue-hold code, and Slurm requeues it
   held.  A job still running `grace_seconds` later is requeued held with
-  `scontrol requeuehold`;
+  `scontrol requeuehold`.  A job that started less than `min_run_seconds`
+  ago (at most half a round; the daemon's default 30 s, 0 here) is
+  signalled once it has run that long, so that a batch script has set its
+  trap;
 * start: for a held pending job, `scontrol update` partition, node list and
   StartTime=now (a requeued job otherwise waits ~121 s), then
   `scontrol release`.  A distributed job (its GPU total per job, `--gpus=N`)
@@ -181,10 +184,13 @@ class SlurmBackend(SpaceSharing):
                  credited_until: float | None = None, progress_dir: str | None = None,
                  start_timeout: float = START_TIMEOUT_SECONDS,
                  active_jobs=(), accounting: bool | None = None,
-                 lost_settle_seconds: float = LOST_SETTLE_SECONDS):
+                 lost_settle_seconds: float = LOST_SETTLE_SECONDS,
+                 min_run_seconds: float = 0.0):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
+        self.min_run_seconds = float(min_run_seconds)
+        self._signal_later: dict[str, float] = {}      # preempted job -> when it is signalled
         self.start_timeout = float(start_timeout)
         self.round_seconds: float | None = None        # learned from execute()
         self._executed_round: int | None = None
@@ -487,6 +493,7 @@ class SlurmBackend(SpaceSharing):
         for a job to stop), and report.  The daemon calls this every tick."""
         self.poll()
         now = self.clock.now()
+        self._signal_young(now)
         self._escalate(now)
         self._start_deferred()
         self._take_back_stuck(now)
@@ -770,10 +777,13 @@ class SlurmBackend(SpaceSharing):
                 if len(a.jobs) > 1 and a not in plan.start:
                     del self._deferred[job]
             self._joining = {}
+            # a job whose signal waits (`_signal_young`) and that this round keeps runs on
+            self._signal_later = {job: due for job, due in self._signal_later.items()
+                                  if job in plan.preempt}
         self._executed_round = plan.round
         self._joining.update(self._joins(plan))
         stop = [job for job in plan.preempt if job in self._running and job not in self._preempted
-                and job not in self._joining]
+                and job not in self._joining and job not in self._signal_later]
         # a pair stops together (its partner cannot go on alone on half a GPU's shards)
         kept = {job for a in plan.keep for job in a.jobs}
         for job in plan.preempt:
@@ -792,12 +802,14 @@ class SlurmBackend(SpaceSharing):
                       why=f"round {plan.round} gives its GPUs to another job before it started")
             for job in unstart:
                 del self._starting[job]
-        if stop:
-            self._act(f"signal {self.signal}", stop,
-                      lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps),
-                      why=f"preempted: round {plan.round} gives its GPUs to another job")
-            for job in stop:
-                self._preempted[job] = _Preempted(now)
+        later = self._young(stop, now)
+        if later:
+            log.info("round %d preempts %s, started less than %.0f s ago: signalled once %s",
+                     plan.round, ",".join(later), self._min_run(),
+                     "it has" if len(later) == 1 else "they have")
+            self._signal_later.update(later)
+            stop = [job for job in stop if job not in later]
+        self._signal_now(stop, f"preempted: round {plan.round} gives its GPUs to another job")
         for a in plan.start:
             job = a.jobs[0]
             if len(a.jobs) > 1:
@@ -824,6 +836,50 @@ class SlurmBackend(SpaceSharing):
         self._start_deferred()
 
     # -- helpers ---------------------------------------------------------------------
+    def _min_run(self) -> float:
+        """How long a job runs before it is signalled: `min_run_seconds`, at most half
+        of a round (a job started at a round's start is never held back)."""
+        if self.round_seconds:
+            return min(self.min_run_seconds, self.round_seconds / 2)
+        return self.min_run_seconds
+
+    def _young(self, stop: list[str], now: float) -> dict[str, float]:
+        """Of the jobs to signal, those that started less than `_min_run()` ago, with when
+        their signal is due.  A batch script killed by the signal before it set its trap
+        fails instead of being requeued (seen on both versions 3-8 s after a late start).
+        The two jobs of a pair wait for the younger one: a pair stops together."""
+        guard = self._min_run()
+        due = {}
+        for job in stop:
+            j = self._jobs.get(job)
+            started = j.start_time if j is not None else None
+            if guard > 0 and started is not None and now - started < guard:
+                due[job] = started + guard
+        for job in list(due):
+            partner = self._partner(job)
+            if partner in stop:
+                due[partner] = max(due.get(partner, now), due[job])
+                due[job] = due[partner]
+        return due
+
+    def _signal_now(self, stop: list[str], why: str) -> None:
+        if not stop:
+            return
+        self._act(f"signal {self.signal}", stop,
+                  lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps), why=why)
+        now = self.clock.now()
+        for job in stop:
+            self._preempted[job] = _Preempted(now)
+
+    def _signal_young(self, now: float) -> None:
+        """Signal the preempted jobs whose minimum run is over (`_young`); one that stopped
+        meanwhile is forgotten."""
+        due = [job for job, at in self._signal_later.items()
+               if at <= now and job in self._jobs and self._jobs[job].running]
+        self._signal_later = {job: at for job, at in self._signal_later.items()
+                              if job not in due and job in self._jobs and self._jobs[job].running}
+        self._signal_now(due, f"preempted by round {self._round}: signalled after its minimum run")
+
     def _joins(self, plan: RoundPlan) -> dict[str, Assignment]:
         """Survivors of a pair (running alone on part of one GPU's shards) that this plan
         pairs with a new job on the same node and type: the survivor keeps running (not

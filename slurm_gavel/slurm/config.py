@@ -61,6 +61,9 @@ class Config:
     signal_all_steps: bool = False       # scancel --full (training under srun) instead of --batch
     requeue_exit_code: int = 85
     grace_seconds: float = 60.0          # after the signal, then `scontrol requeuehold`
+    # a job signalled only once it has run this long (at most half a round): one
+    # started late in a round and preempted at its end gets the time to set its trap
+    min_run_seconds: float = 30.0
     start_timeout_seconds: float = 30.0  # a released job not started by then is held again (backoff)
     progress_dir: str | None = None      # where jobs write progress (GAVEL_PROGRESS_DIR); else
                                          # <job working directory>/.gavel/<job id>.jsonl
@@ -108,6 +111,9 @@ class Config:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(key, f"must be a number > 0, got {v!r}")
+        if not (isinstance(self.min_run_seconds, (int, float)) and not isinstance(self.min_run_seconds, bool)
+                and 0 <= self.min_run_seconds < math.inf):
+            bad("min_run_seconds", f"must be a number >= 0, got {self.min_run_seconds!r}")
         for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):

@@ -122,6 +122,7 @@ class Daemon:
                                     signal=config.preemption_signal,
                                     signal_all_steps=config.signal_all_steps,
                                     grace_seconds=config.grace_seconds, dry_run=dry_run,
+                                    min_run_seconds=config.min_run_seconds,
                                     start_timeout=config.start_timeout_seconds,
                                     on_event=self._event, credited_until=self.store.last_observed(),
                                     progress_dir=config.progress_dir,
