@@ -472,10 +472,6 @@ class SlurmBackend(SpaceSharing):
             if run.end > begin:
                 self._credit(job_id, _Running(wt, run.nodes, begin), run.end)
 
-    def partitions_get(self, partition: str) -> str | None:
-        """The GPU type of a partition of one type (None for a mixed one: see _run_type)."""
-        return self._run_type(partition, ())
-
     def _run_type(self, partition: str | None, nodes) -> str | None:
         """The GPU type a job runs on: its partition's, or in a mixed partition its nodes'."""
         return self.types.run_type(partition, nodes, self._type_of)
