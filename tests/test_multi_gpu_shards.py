@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from slurm_gavel.slurm.devcluster import DevCluster, pick_ports, slurm_version
+from slurm_gavel.slurm.devcluster import DevCluster, DevClusterError, pick_ports, slurm_version
 from tests.conftest import require_slurm
 
 SHARDS = 4
@@ -192,3 +192,23 @@ def test_with_least_loaded_sharing_a_pair_released_together_splits(least_loaded_
         assert sorted(seen[j][1] for j in jobs) == ["0 0 2", "1 1 2"], seen
     finally:
         c.run(["scancel", "--user", "root"], check=False)
+
+
+def test_the_flags_exist_from_slurm_23_11(tmp_path):
+    """What the tests above rest on, on whatever Slurm runs them (CI's 22.05 too): before
+    23.11 slurmctld refuses the two flags and does not start, so there a multi-GPU pair
+    cannot be built at all; from 23.11 it starts with them."""
+    require_slurm()
+    ctld, slurmd = pick_ports(1)
+    cluster = DevCluster(tmp_path, {"v100": (1, 4)}, ctld_port=ctld, slurmd_port=slurmd,
+                         shards=SHARDS, select_parameters=FLAGS)
+    try:
+        if slurm_version()[:2] < (23, 11):
+            with pytest.raises(DevClusterError, match="slurmctld exited"):
+                cluster.up()
+        else:
+            cluster.up()
+            config = cluster.run(["scontrol", "show", "config"]).stdout
+            assert all(flag in config for flag in FLAGS.split(","))
+    finally:
+        cluster.down()
