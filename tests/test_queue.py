@@ -155,3 +155,25 @@ def test_gqueue_shows_a_spread_jobs_shape(tmp_path, capsys):
     assert main(["--db", str(db)]) == 0                 # in the default columns, after TYPE
     head = capsys.readouterr().out.splitlines()[0].split()
     assert head[4:6] == ["TYPE", "SHAPE"]
+
+
+def test_a_running_jobs_shape_is_where_slurm_runs_it_not_where_the_plan_moves_it(tmp_path, capsys):
+    """A job the last plan moves (preempted here, started there) runs where it ran until it
+    stops: gqueue's R row shows that shape (the status' nodes, from Slurm), the plan's only
+    for a job not running yet.  (It showed the planned shape: tests/test_distributed.py saw
+    a 1x4 on v100 that Slurm never ran.)"""
+    from slurm_gavel.slurm.store import SqliteStore
+    db = tmp_path / "state.db"
+    run(db, rounds=20, n_jobs=6)
+    store = SqliteStore(db)
+    placed = store.last_placement()
+    job, place = next((j, p) for j, p in placed.items() if p["nodes"])
+    other = next(s for s in store.servers() if s["worker_type"] != place["worker_type"])
+    store.status(3, 100.0, {job: {"worker_type": other["worker_type"], "priority": 1.0, "reason": "",
+                                  "state": "R", "gpus": 2, "nodes": f"{other['name']},{other['name']}x"}})
+    store.close()
+    assert main(["--db", str(db), "--json", "-j", job]) == 0
+    row = json.loads(capsys.readouterr().out)["jobs"][0]
+    assert row["st"] == "R" and row["type"] == other["worker_type"]
+    assert row["shape"] == {"worker_type": other["worker_type"], "nodes": 2,
+                            "node_list": [other["name"], other["name"] + "x"], "gpus_per_node": 1}

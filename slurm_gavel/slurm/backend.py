@@ -681,14 +681,15 @@ class SlurmBackend(SpaceSharing):
 
     def job_status(self) -> dict[str, dict]:
         """Per gavel job what Slurm really does with it, for `gqueue`: state R (Slurm runs it:
-        `gpus`, `worker_type`), S (released, not started yet), W (not planned: `detail`), PD."""
+        `gpus`, `worker_type`, `nodes`), S (released, not started yet), W (not planned: `detail`), PD."""
         now = self.clock.now()
         out: dict[str, dict] = {}
         for job_id, j in self._jobs.items():
             if j.running:
                 r = self._running.get(job_id)
                 out[job_id] = {"state": "R", "gpus": j.total_gpus,
-                               "worker_type": r.worker_type if r else self._run_type(j.partition, j.nodes)}
+                               "worker_type": r.worker_type if r else self._run_type(j.partition, j.nodes),
+                               "nodes": ",".join(r.nodes if r else j.nodes)}
             elif job_id in self._starting:
                 _, at = self._starting[job_id]
                 out[job_id] = {"state": "S", "gpus": 0,

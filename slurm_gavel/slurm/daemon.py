@@ -478,6 +478,7 @@ class Daemon:
             row["state"], row["gpus"] = seen["state"], seen["gpus"]
             if seen["state"] == "R":
                 row["worker_type"] = seen.get("worker_type") or row.get("worker_type")
+                row["nodes"] = seen.get("nodes")
                 # running: no wait reason, but say when it only fills a GPU nobody's share claims
                 row["reason"] = FILLING if row.get("reason") == FILLING else ""
             elif seen.get("detail"):

@@ -99,7 +99,11 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
             "st": state,
             "state": j["state"], "finished": j.get("finished"), "type": wt,
-            "shape": _shape(placed.get(j["id"])) if j["state"] == "active" and wt else None,
+            # running: where Slurm runs it (a job the plan moves runs there until it stops);
+            # else where the last round placed it
+            "shape": (None if j["state"] != "active" or not wt
+                      else _shape({"worker_type": wt, "nodes": st.get("nodes"), "gpus": st.get("gpus")})
+                      if state == "R" and st.get("nodes") else _shape(placed.get(j["id"]))),
             "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "interim_share": j["id"] in interim,
             "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},

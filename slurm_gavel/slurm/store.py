@@ -172,7 +172,13 @@ def _v6(db: sqlite_utils.Database):
     db["jobs"].add_column("types", str)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(db: sqlite_utils.Database):
+    """The nodes Slurm runs each running job on (comma-separated), for gqueue's SHAPE: a job
+    the last plan moves runs where it ran until it stops."""
+    db["status"].add_column("nodes", str)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 
 
 def _finite(v):
@@ -450,14 +456,14 @@ class SqliteStore:
 
     # -- daemon extras ----------------------------------------------------------------
     def status(self, round: int, time_: float, rows: Mapping[str, Mapping]) -> None:
-        """Why each active job runs or waits: {job: {worker_type, priority, reason, state, gpus}}
-        (state and gpus: what Slurm really does, see `_v4`)."""
+        """Why each active job runs or waits: {job: {worker_type, priority, reason, state, gpus,
+        nodes}} (state, gpus and nodes: what Slurm really does, see `_v4`, `_v7`)."""
         with self._tx():
             self.db.execute("delete from status")
             self.db["status"].insert_all(
                 [{"job": job, "round": round, "time": time_, "worker_type": r.get("worker_type"),
                   "priority": r.get("priority"), "reason": r.get("reason"),
-                  "state": r.get("state"), "gpus": r.get("gpus")}
+                  "state": r.get("state"), "gpus": r.get("gpus"), "nodes": r.get("nodes")}
                  for job, r in rows.items()], pk="job")
 
     def event(self, time_: float, kind: str, job: str | None = None, detail: str | None = None):
