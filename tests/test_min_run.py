@@ -97,15 +97,20 @@ def running_job(cli: ReplayCLI, started: float) -> None:
                    nodes="v100-0", partition="v100")
 
 
-def test_the_signal_waits_for_the_minimum_run_and_a_round_that_keeps_the_job_cancels_it():
-    clock = SimulatedClock(1000.0)
-    cli = ReplayCLI()
-    signals = []
+def observed(clock, started: float, guard: float) -> tuple[SlurmBackend, list]:
+    """A backend that has seen job 5 running since `started`, and the signals it sends."""
+    cli, signals = ReplayCLI(), []
     cli.signal = lambda ids, sig, full=False: signals.append((tuple(ids), clock.now()))
-    running_job(cli, 998.0)
-    backend = SlurmBackend(cli, clock, min_run_seconds=30)
+    running_job(cli, started)
+    backend = SlurmBackend(cli, clock, min_run_seconds=guard)
     backend.observe()
     assert "5" in backend._running
+    return backend, signals
+
+
+def test_the_signal_waits_for_the_minimum_run_and_a_round_that_keeps_the_job_cancels_it():
+    clock = SimulatedClock(1000.0)
+    backend, signals = observed(clock, 998.0, 30)
     # a 60-s round: the guard is min(30, 60 / 2) = 30 s from the job's start (998)
     backend.execute(RoundPlan(1, (), (), (), ("5",)), clock.now() + 60)
     assert signals == []
@@ -120,12 +125,7 @@ def test_the_signal_waits_for_the_minimum_run_and_a_round_that_keeps_the_job_can
     assert backend._min_run() == 10.0
 
     # preempted again at once by the next round, which then keeps it: never signalled
-    cli2 = ReplayCLI()
-    signals.clear()
-    cli2.signal = lambda ids, sig, full=False: signals.append((tuple(ids), clock.now()))
-    running_job(cli2, clock.now() - 1)
-    backend = SlurmBackend(cli2, clock, min_run_seconds=30)
-    backend.observe()
+    backend, signals = observed(clock, clock.now() - 1, 30)
     backend.execute(RoundPlan(1, (), (), (), ("5",)), clock.now() + 60)
     a = Assignment(("5",), "v100", (("v100-0", 1),))
     backend.execute(RoundPlan(2, (a,), (a,), (), ()), clock.now() + 60)
@@ -135,11 +135,6 @@ def test_the_signal_waits_for_the_minimum_run_and_a_round_that_keeps_the_job_can
 
     # with the guard off, or a job that has run long enough: at once
     for guard, started in ((0, clock.now() - 1), (30, clock.now() - 40)):
-        cli3 = ReplayCLI()
-        signals.clear()
-        cli3.signal = lambda ids, sig, full=False: signals.append((tuple(ids), clock.now()))
-        running_job(cli3, started)
-        backend = SlurmBackend(cli3, clock, min_run_seconds=guard)
-        backend.observe()
+        backend, signals = observed(clock, started, guard)
         backend.execute(RoundPlan(1, (), (), (), ("5",)), clock.now() + 60)
         assert signals == [(("5",), clock.now())]

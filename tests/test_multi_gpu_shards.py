@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from slurm_gavel.slurm.devcluster import DevCluster, DevClusterError, pick_ports, slurm_version
-from tests.conftest import require_slurm
+from slurm_gavel.slurm.devcluster import DevCluster, DevClusterError, slurm_version
+from tests.conftest import require_slurm, running_cluster
 
 SHARDS = 4
 FLAGS = "MULTIPLE_SHARING_GRES_PJ,ONE_TASK_PER_SHARING_GRES"
@@ -26,14 +26,9 @@ def multi_shard_cluster(tmp_path_factory):
     require_slurm()
     if slurm_version()[:2] < (23, 11):
         pytest.skip("MULTIPLE_SHARING_GRES_PJ and ONE_TASK_PER_SHARING_GRES are Slurm 23.11+")
-    ctld, slurmd = pick_ports(1)
-    cluster = DevCluster(tmp_path_factory.mktemp("mshard"), {"v100": (1, 4)}, ctld_port=ctld,
-                         slurmd_port=slurmd, shards=SHARDS, select_parameters=FLAGS)
-    cluster.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("mshard"), {"v100": (1, 4)}, shards=SHARDS,
+                         select_parameters=FLAGS) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture
@@ -169,14 +164,9 @@ def least_loaded_cluster(tmp_path_factory):
     require_slurm()
     if slurm_version()[:2] < (23, 11):
         pytest.skip("LL_SHARED_GRES is Slurm 23.11+")
-    ctld, slurmd = pick_ports(1)
-    cluster = DevCluster(tmp_path_factory.mktemp("llshard"), {"v100": (1, 4)}, ctld_port=ctld,
-                         slurmd_port=slurmd, shards=SHARDS, select_parameters="LL_SHARED_GRES")
-    cluster.up()
-    try:
+    with running_cluster(tmp_path_factory.mktemp("llshard"), {"v100": (1, 4)}, shards=SHARDS,
+                         select_parameters="LL_SHARED_GRES") as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 def test_with_least_loaded_sharing_a_pair_released_together_splits(least_loaded_cluster, tmp_path):
@@ -199,16 +189,11 @@ def test_the_flags_exist_from_slurm_23_11(tmp_path):
     23.11 slurmctld refuses the two flags and does not start, so there a multi-GPU pair
     cannot be built at all; from 23.11 it starts with them."""
     require_slurm()
-    ctld, slurmd = pick_ports(1)
-    cluster = DevCluster(tmp_path, {"v100": (1, 4)}, ctld_port=ctld, slurmd_port=slurmd,
-                         shards=SHARDS, select_parameters=FLAGS)
-    try:
-        if slurm_version()[:2] < (23, 11):
-            with pytest.raises(DevClusterError, match="slurmctld exited"):
-                cluster.up()
-        else:
-            cluster.up()
-            config = cluster.run(["scontrol", "show", "config"]).stdout
-            assert all(flag in config for flag in FLAGS.split(","))
-    finally:
-        cluster.down()
+    start = running_cluster(tmp_path, {"v100": (1, 4)}, shards=SHARDS, select_parameters=FLAGS)
+    if slurm_version()[:2] < (23, 11):
+        with pytest.raises(DevClusterError, match="slurmctld exited"), start:
+            pass
+        return
+    with start as cluster:
+        config = cluster.run(["scontrol", "show", "config"]).stdout
+        assert all(flag in config for flag in FLAGS.split(","))

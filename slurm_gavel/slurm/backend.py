@@ -871,10 +871,10 @@ class SlurmBackend(SpaceSharing):
     def _signal_young(self, now: float) -> None:
         """Signal the preempted jobs whose minimum run is over (`_young`); one that stopped
         meanwhile is forgotten."""
-        due = [job for job, at in self._signal_later.items()
-               if at <= now and job in self._jobs and self._jobs[job].running]
-        self._signal_later = {job: at for job, at in self._signal_later.items()
-                              if job not in due and job in self._jobs and self._jobs[job].running}
+        still = {job: at for job, at in self._signal_later.items()
+                 if job in self._jobs and self._jobs[job].running}
+        due = [job for job, at in still.items() if at <= now]
+        self._signal_later = {job: at for job, at in still.items() if at > now}
         self._signal_now(due, f"preempted by round {self._round}: signalled after its minimum run")
 
     def _joins(self, plan: RoundPlan) -> dict[str, Assignment]:

@@ -91,6 +91,13 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
         if shadow and j["state"] == "active" and wt and state != "R":
             # --dry-run released nothing: a placed job is a plan, never R (nor S, "released")
             state, reason = PLANNED, f"{SHADOW}: on {wt}"
+        shape = None
+        if j["state"] == "active" and wt:
+            # running: where Slurm runs it (a job the plan moves runs there until it stops);
+            # else where the last round placed it
+            running = state == "R" and st.get("nodes")
+            shape = _shape({"worker_type": wt, "nodes": st["nodes"], "gpus": st.get("gpus")}
+                           if running else placed.get(j["id"]))
         est = estimates.get(j["id"], {})
         first = next(iter(est.values()), {})          # phase and proxy are per job
         phase, proxy = first.get("phase"), first.get("proxy")
@@ -99,11 +106,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             "model": j["model"], "gpus": j["scale_factor"], "weight": j["weight"],
             "st": state,
             "state": j["state"], "finished": j.get("finished"), "type": wt,
-            # running: where Slurm runs it (a job the plan moves runs there until it stops);
-            # else where the last round placed it
-            "shape": (None if j["state"] != "active" or not wt
-                      else _shape({"worker_type": wt, "nodes": st.get("nodes"), "gpus": st.get("gpus")})
-                      if state == "R" and st.get("nodes") else _shape(placed.get(j["id"]))),
+            "shape": shape,
             "share": {t: shares.get(j["id"], {}).get(t, 0.0) for t in worker_types},
             "interim_share": j["id"] in interim,
             "time": {t: times.get(j["id"], {}).get(t, 0.0) for t in worker_types},
