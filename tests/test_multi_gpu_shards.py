@@ -197,3 +197,33 @@ def test_the_flags_exist_from_slurm_23_11(tmp_path):
     with start as cluster:
         config = cluster.run(["scontrol", "show", "config"]).stdout
         assert all(flag in config for flag in FLAGS.split(","))
+
+
+def test_other_users_per_task_jobs_are_read_as_holding_the_gpus_and_shards_slurm_gave_them(c):
+    """A `-n2 --tres-per-task=gres/shard:2` job asks nothing per node; what it holds is in
+    its `gres_detail` (GPUs 0 and 1, half of each), what it asks (pending) in `tres_per_task`
+    times `tasks`.  The backend counts its two GPUs as taken, and the free shards per GPU
+    that pair_room reads predict where Slurm's first fit puts the next shard job."""
+    from slurm_gavel.core.clock import WallClock
+    from slurm_gavel.slurm.backend import SlurmBackend
+    from slurm_gavel.slurm.commands import SlurmCLI
+    from slurm_gavel.slurm.pair_room import first_fit
+    from slurm_gavel.slurm.records import parse_jobs
+    shards = sbatch(c, "-n2", f"--tres-per-task=gres/shard:{SHARDS // 2}")
+    gpus = sbatch(c, "-n2", "--gpus-per-task=1")
+    held = sbatch(c, "-H", "-n3", "--tres-per-task=gres/shard:1")
+    seen = running(c, [shards, gpus])
+    assert seen[shards] == ("shard:4(2/4,2/4,0/4,0/4)", "0,1 0,1 4") and seen[gpus][1].startswith("2,3 "), seen
+    cli = SlurmCLI(env=c.env)
+    jobs = {j.job_id: j for j in parse_jobs(cli.squeue())}
+    s, g, h = jobs[shards], jobs[gpus], jobs[held]
+    assert (s.shards, s.gpus_on("v100-0"), s.gpu_indices, s.gpu_shards) == (4, 2, ("0,1",), (((0, 2), (1, 2)),))
+    assert (g.gpus_on("v100-0"), g.gpu_indices) == (2, ("2-3",))
+    assert (h.shards, h.gpus, h.running) == (3, 3, False)
+    backend = SlurmBackend(cli, WallClock())
+    obs = backend.observe()
+    assert sum(sv.gpus for sv in obs.servers if sv.name == "v100-0") == 0
+    room = backend._room["v100-0"]
+    assert room.free == [2, 2, 0, 0] and first_fit(room, SHARDS // 2) == (0, "")
+    third = sbatch(c, f"--gres=shard:{SHARDS // 2}")
+    assert running(c, [third])[third][1] == "0 0 2"           # where first fit was predicted

@@ -32,20 +32,13 @@ class NodeRoom:
     unseen: list[str] = field(default_factory=list)
 
 
-def _indices(idx: str) -> list[int]:
-    out = []
-    for part in idx.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit():
-            out.extend(range(int(lo), int(hi or lo) + 1) if (hi.isdigit() or not hi) else [int(lo)])
-    return out
-
-
 def gpu_room(jobs: Iterable[SlurmJob], gpus: dict[str, int], per_gpu: Callable[[str], int],
              leaving: Callable[[SlurmJob], bool]) -> dict[str, NodeRoom]:
     """node -> its `NodeRoom`, for the nodes with shards (`per_gpu(node)` > 0), from every
-    running job of a poll (gavel or not): a shard job takes its count of its GPU, a job
-    holding whole GPUs (gres/gpu) takes all of theirs."""
+    running job of a poll (gavel or not): a shard job takes its count of each GPU it is on
+    (per task, a GPU per task: `SlurmJob.gpu_shards`), a job holding whole GPUs (gres/gpu)
+    takes all of theirs.  A job holding GPUs or shards on a node whose gres_detail lists
+    none there (completing, or not readable) is `unseen`: first fit there is not certain."""
     room = {n: NodeRoom([per_gpu(n)] * count) for n, count in gpus.items() if per_gpu(n) > 0}
     for j in jobs:
         if not j.running:
@@ -54,14 +47,13 @@ def gpu_room(jobs: Iterable[SlurmJob], gpus: dict[str, int], per_gpu: Callable[[
             r = room.get(n)
             if r is None:
                 continue
-            idx = j.gpu_indices[k] if k < len(j.gpu_indices) else ""
-            where = _indices(idx)
-            if j.shards and not where:
-                r.unseen.append(j.job_id)            # its shards are held, on a GPU not listed
-            for i in where:
+            use = j.gpu_shards[k] if k < len(j.gpu_shards) else ()
+            if not use and (j.shards or j.gpus or j.gpus_on(n)):
+                r.unseen.append(j.job_id)            # it holds GPUs or shards not listed
+            for i, shards in use:
                 if i >= len(r.free):
                     continue
-                r.free[i] = max(0, r.free[i] - j.shards) if j.shards else 0
+                r.free[i] = 0 if shards is None else max(0, r.free[i] - shards)
                 r.users.setdefault(i, []).append(j.job_id)
                 if leaving(j):
                     r.leaving.add(i)
@@ -71,7 +63,7 @@ def gpu_room(jobs: Iterable[SlurmJob], gpus: dict[str, int], per_gpu: Callable[[
 def first_fit(r: NodeRoom, shards: int) -> tuple[int | None, str]:
     """The GPU (index) a job of `shards` gets if released now, or (None, why not for certain)."""
     if r.unseen:
-        return None, (f"job {','.join(sorted(r.unseen))} holds shards on a GPU Slurm does not "
+        return None, (f"job {','.join(sorted(r.unseen))} holds GPUs or shards Slurm does not "
                       "list yet")
     for i, free in enumerate(r.free):
         if free >= shards:

@@ -19,6 +19,12 @@ status, ``afterok:7(unfulfilled)``), constraint (``features``), reservation,
 required and excluded nodes; a node's memory (``real_memory``, MB), CPUs and
 features (a string in 22.05, a list in 24.11).  Unset numbers (22.05's null,
 24.11's ``{"set": false}`` or 0) read as None.
+
+GPUs and shards may be asked per node (``tres_per_node``), per job (``tres_per_job``) or
+per task (``tres_per_task`` times ``tasks``: ``-n 2 --tres-per-task=gres/shard:2``,
+``--gpus-per-task=1``); a running job's ``gres_detail`` says what it holds on each node
+and on which GPUs (docs/space-sharing.md, "Jobs that ask per task").  Other users' jobs
+are untrusted input: what cannot be read counts as held, never as free.
 """
 from __future__ import annotations
 
@@ -85,35 +91,98 @@ def gpu_request(*fields: Any) -> tuple[str | None, int]:
 
 
 _SHARD_REQUEST = re.compile(r"(?:^|,)(?:gres[:/])?shard(?::[A-Za-z0-9_.\-]+)?[:=](\d+)")
-_IDX = re.compile(r"\(IDX:([0-9,\-]+)\)")
 
 
 def shard_request(value: Any) -> int:
-    """Shards per node from a tres_per_node string (gres:shard:4, gres/shard:4), else 0."""
+    """Shards from a tres_per_node / tres_per_task string (gres:shard:4, gres/shard:4), else 0."""
     m = _SHARD_REQUEST.search(text(value))
     return int(m.group(1)) if m else 0
 
 
-_PER_DEVICE = re.compile(r"\(((?:\d+/\d+,)*\d+/\d+)\)")
+# At most this many device indices are read from one gres_detail entry (a node has a few
+# GPUs; a larger range is malformed and reads as every GPU of the node being held).
+MAX_INDICES = 1024
+# One item of a running job's gres_detail entry for a node: gpu:v100:2(IDX:2-3),
+# shard:2(IDX:0) (22.05), shard:4(2/4,2/4,0/4,0/4) (24.11: its count on each GPU).
+_GRES_ITEM = re.compile(r"(?:^|,)(gpu|shard)(?::([A-Za-z0-9_.\-]+))?:(\d+)(?:\(([^)]*)\))?")
+_PER_DEVICE = re.compile(r"^(?:\d+/\d+,)*\d+/\d+$")
+
+
+def index_list(idx: str) -> list[int]:
+    """'0-1,3' -> [0, 1, 3] (a gres_detail IDX list), at most MAX_INDICES; junk is skipped."""
+    out: list[int] = []
+    for part in text(idx).split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or hi and not hi.isdigit():
+            continue
+        first = int(lo)
+        last = int(hi) if hi else first
+        out.extend(range(first, min(last, first + MAX_INDICES - len(out) - 1) + 1))
+        if len(out) >= MAX_INDICES:
+            break
+    return out[:MAX_INDICES]
+
+
+@dataclass(frozen=True)
+class _NodeGres:
+    """What a running job holds on one node, from its gres_detail entry."""
+    indices: str = ""                         # as gpu_indices: '2-3', '0,1', '' unknown
+    use: tuple[tuple[int, int | None], ...] = ()   # (GPU, its shards there; None: whole)
+    gpus: int = 0                             # GPUs it holds there (0: none listed)
+    shards: int = 0                           # shards it holds there
+
+
+def _node_detail(entry: Any) -> _NodeGres:
+    """One gres_detail entry -> _NodeGres.  Shards listed by IDX over several GPUs (22.05)
+    count all of the node's shards on each of them (the split is not said)."""
+    whole: list[int] = []
+    shard_use: dict[int, int] = {}
+    raw: list[str] = []
+    gpu_count = shard_count = 0
+    known = True
+    for m in _GRES_ITEM.finditer(text(entry)):
+        kind, count, detail = m.group(1), int(m.group(3)), (m.group(4) or "").strip()
+        if not count:
+            continue
+        if detail.startswith("IDX:") and index_list(detail[4:]):
+            where = index_list(detail[4:])
+            raw.append(detail[4:])
+            if kind == "gpu":
+                whole.extend(where)
+            else:
+                for i in where:
+                    shard_use[i] = shard_use.get(i, 0) + count
+        elif kind == "shard" and _PER_DEVICE.match(detail):
+            used = [(i, int(part.split("/")[0])) for i, part in enumerate(detail.split(","))]
+            used = [(i, n) for i, n in used[:MAX_INDICES] if n > 0]
+            raw.append(",".join(str(i) for i, _ in used))
+            for i, n in used:
+                shard_use[i] = shard_use.get(i, 0) + n
+            known = known and bool(used)
+        else:
+            known = False                     # held, on GPUs not listed (or not readable)
+        if kind == "gpu":
+            gpu_count += count
+        else:
+            shard_count += count
+    if not known or not raw:
+        # some of what it holds is not placed: no GPU list, so it reads as unknown
+        return _NodeGres("", (), gpu_count + (1 if shard_count else 0), shard_count)
+    use = {i: None for i in whole}
+    for i, n in shard_use.items():
+        use.setdefault(i, n)
+    indices = raw[0] if len(raw) == 1 else ",".join(str(i) for i in sorted(use))
+    return _NodeGres(indices, tuple(sorted(use.items())), max(len(use), gpu_count), shard_count)
 
 
 def _gpu_indices(value: Any) -> tuple[str, ...]:
     """gres_detail -> the device indices (IDX) a running job holds on each node:
     ['shard:2(IDX:0)'] (22.05) -> ('0',), ['gpu:v100:2(IDX:0-1)'] -> ('0-1',), and 24.11's
-    shards, the job's count on each GPU of the node, ['shard:2(2/4,0/4)'] -> ('0',);
-    '' where unknown."""
+    shards, the job's count on each GPU of the node, ['shard:2(2/4,0/4)'] -> ('0',),
+    ['shard:4(2/4,2/4,0/4,0/4)'] -> ('0,1',); '' where unknown."""
     if not isinstance(value, list):
         return ()
-    out = []
-    for entry in value:
-        m = _IDX.search(text(entry))
-        if m:
-            out.append(m.group(1))
-            continue
-        m = _PER_DEVICE.search(text(entry))
-        used = [i for i, part in enumerate(m.group(1).split(",")) if int(part.split("/")[0]) > 0] if m else []
-        out.append(",".join(map(str, used)))
-    return tuple(out)
+    return tuple(_node_detail(entry).indices for entry in value)
 
 
 def expand_hostlist(value: str) -> list[str]:
@@ -184,9 +253,14 @@ class SlurmJob:
     # a --gpus=6 job on two 4-GPU nodes holds 4+2, not 3+3
     gpus_on_nodes: tuple[int, ...] = ()
     # gres/shard (space sharing, docs/space-sharing.md): shards per node it asks for (its
-    # one GPU is then `gpus` = 1), and the device index (IDX) it holds on each of `nodes`
+    # one GPU is then `gpus` = 1; per task, its count times its tasks on a node, on as many
+    # GPUs as tasks), running: the most it holds on one of its nodes; and the device
+    # indices (IDX) it holds on each of `nodes` ('0', '2-3', '0,1'; '' where not listed)
     shards: int = 0
     gpu_indices: tuple[str, ...] = ()
+    # running: on each of `nodes`, (GPU index, the job's shards on it, or None for the whole
+    # GPU) for each GPU it holds there; () where gres_detail does not list them
+    gpu_shards: tuple[tuple[tuple[int, int | None], ...], ...] = ()
     # --ntasks-per-gpu (squeue's tasks_per_tres; 24.11 lists it, 22.05's JSON does not: 0)
     tasks_per_gpu: int = 0
 
@@ -274,16 +348,13 @@ _PENDING_FLAGS = {"SPECIAL_EXIT", "REQUEUE_HOLD", "RESV_DEL_HOLD"}
 def _exit_code(value: Any) -> int | None:
     """The exit code (0-255), or 128 + N for a job killed by signal N."""
     if isinstance(value, dict):           # 23.x+: {"status": [...], "return_code": {...}, "signal": {...}}
-        signal = number((value.get("signal") or {}).get("id"), None) \
-            if isinstance(value.get("signal"), dict) else None
+        signal = _int(value["signal"].get("id"), None) if isinstance(value.get("signal"), dict) else None
         if "SIGNALED" in states(value.get("status")) and signal:
-            return 128 + int(signal)
-        code = number(value.get("return_code"), None)
-        return None if code is None else int(code)
-    n = number(value, None)               # 22.05: the wait(2) status
-    if n is None or n == float("inf"):
+            return 128 + signal
+        return _int(value.get("return_code"), None)
+    status = _int(value, None)            # 22.05: the wait(2) status
+    if status is None:
         return None
-    status = int(n)
     if status & 0x7F:                     # killed by a signal
         return 128 + (status & 0x7F)
     return (status >> 8) & 0xFF
@@ -316,16 +387,43 @@ def _exclusive(job: dict) -> bool:
 
 def _gres_detail(value: Any, nodes: int) -> tuple[int, ...]:
     """gres_detail, one entry per node of a running job (['gpu:p100:4(IDX:0-3)',
-    'gpu:p100:2(IDX:0-1)']) -> (4, 2); () unless every node's entry has a GPU count."""
+    'gpu:p100:2(IDX:0-1)']) -> the GPUs it holds on each, (4, 2); a shard job holds the GPUs
+    its shards are on (['shard:4(2/4,2/4,0/4,0/4)'] -> (2,)); () unless every node's entry
+    names some."""
     if not isinstance(value, list) or len(value) != nodes or not nodes:
         return ()
     counts = []
     for entry in value:
-        _, n = _node_gres(entry)
+        n = _node_detail(entry).gpus
         if not n:
             return ()
         counts.append(n)
     return tuple(counts)
+
+
+def _count(value: Any, limit: float = 1_000_000) -> int:
+    """A count Slurm set (1 .. limit), else 0: unset (NO_VAL, {"set": false}), infinite,
+    negative or not a number."""
+    n = _positive(value)
+    return int(n) if n is not None and n <= limit else 0
+
+
+def _int(value: Any, default: int | None = 0) -> int | None:
+    """A finite number as an int (truncated), else `default` (None, NaN, infinite, text)."""
+    n = number(value, None)
+    if n is None or n != n or n in (float("inf"), float("-inf")):
+        return default
+    return int(n)
+
+
+def _tasks_on_node(j: dict, node_count: int) -> int:
+    """Tasks a job runs on each of its nodes: --ntasks-per-node, else its tasks spread
+    evenly (rounded up), else 1 (at least one task per node)."""
+    per = _count(j.get("tasks_per_node"), 65533)          # 65534: NO_VAL16
+    if per:
+        return per
+    tasks = _count(j.get("tasks"))
+    return -(-tasks // max(1, node_count)) if tasks else 1
 
 
 def _names(value: Any) -> tuple[str, ...]:
@@ -342,13 +440,28 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             continue
         gpu_type, gpus = gpu_request(j.get("tres_per_node"))
         job_type, per_job = gpu_request(j.get("tres_per_job"))
-        node_count = int(number(j.get("node_count"), 1) or 1)
-        on_nodes = _gres_detail(j.get("gres_detail"), len(expand_hostlist(text(j.get("nodes")))))
+        node_count = _count(j.get("node_count")) or 1
+        nodes = expand_hostlist(text(j.get("nodes")))
+        detail = [_node_detail(e) for e in j["gres_detail"]] \
+            if isinstance(j.get("gres_detail"), list) else []
+        on_nodes = _gres_detail(j.get("gres_detail"), len(nodes))
+        # per task (--tres-per-task=gres/shard:2 -n 2, --gpus-per-task=1): count x tasks
+        task_type, per_task = gpu_request(j.get("tres_per_task"))
+        task_shards = shard_request(j.get("tres_per_task"))
+        tasks = _tasks_on_node(j, node_count) if per_task or task_shards else 0
+        shards = shard_request(j.get("tres_per_node")) or task_shards * tasks
+        held_shards = max((d.shards for d in detail), default=0)
+        if held_shards and "RUNNING" in _job_state(j.get("job_state")):
+            shards = held_shards              # running: what it holds (per node, the most)
         if not gpus and on_nodes and not per_job:
-            gpus = max(on_nodes)
-        shards = shard_request(j.get("tres_per_node"))
+            gpus = max(on_nodes)              # running: the GPUs Slurm lists
+        if not gpus and per_task and not per_job:
+            gpu_type, gpus = task_type, per_task * tasks
         if shards and not gpus and not per_job:
-            gpus = 1                  # a job's shards sit on one GPU of its node
+            # a job's shards per node sit on one GPU; per task, with ONE_TASK_PER_SHARING_GRES
+            # (or --gres-flags=one-task-per-sharing), each task's on a GPU of its own: the most
+            # GPUs it takes (docs/space-sharing.md, "Jobs that ask per task")
+            gpus = tasks if task_shards and not shard_request(j.get("tres_per_node")) else 1
         if not gpus:
             # --gpus=N alone: N over its nodes (as Slurm spreads it); else what it was given
             gpu_type, gpus = (job_type, -(-per_job // node_count)) if per_job else \
@@ -362,10 +475,10 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
             account=text(j.get("account")), partition=text(j.get("partition")),
             state=state, reason=text(j.get("state_reason")),
-            nodes=tuple(expand_hostlist(text(j.get("nodes")))), comment=text(j.get("comment")),
+            nodes=tuple(nodes), comment=text(j.get("comment")),
             admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
             node_count=node_count,
-            restarts=int(number(j.get("restart_cnt"), 0) or 0),
+            restarts=_int(j.get("restart_cnt")) or 0,
             submit_time=number(j.get("submit_time")), start_time=start or None,
             end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
             work_dir=text(j.get("current_working_directory")),
@@ -381,8 +494,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             excluded_nodes=_names(j.get("excluded_nodes")),
             slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
             gpus_on_nodes=on_nodes, shards=shards,
-            gpu_indices=_gpu_indices(j.get("gres_detail")),
-            tasks_per_gpu=int(number(j.get("tasks_per_tres"), 0) or 0))
+            gpu_indices=tuple(d.indices for d in detail), gpu_shards=tuple(d.use for d in detail),
+            tasks_per_gpu=_count(j.get("tasks_per_tres")))
         jobs.extend(_array_tasks(job, j))
     return jobs
 
@@ -408,14 +521,14 @@ def _array_tasks(job: SlurmJob, raw: dict) -> list[SlurmJob]:
     ("0,2-3"), until a command names one of them (`scontrol update jobid=35_2`
     splits it off).
     """
-    array = int(number(raw.get("array_job_id"), 0) or 0)
+    array = _int(raw.get("array_job_id")) or 0
     if array <= 0:
         return [job]
     task = number(raw.get("array_task_id"), None)
     spec = text(raw.get("array_task_string"))
     if spec:
         return [replace(job, job_id=f"{array}_{t}") for t in _task_ids(spec)]
-    if task is not None and 0 <= task < 4_000_000_000:
+    if task is not None and 0 <= task < 4_000_000_000:   # (NaN: False)
         return [replace(job, job_id=f"{array}_{int(task)}")]
     return [job]
 

@@ -15,6 +15,7 @@ import logging
 
 from ..core.backend import Usage
 from ..core.mechanism import Assignment
+from .records import index_list
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -177,15 +178,8 @@ class SpaceSharing:
 
 
 def _indices(idx: str) -> list[str]:
-    """'0-1,3' -> ['0', '1', '3'] (a gres_detail IDX list)."""
-    out = []
-    for part in idx.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit() and hi.isdigit():
-            out.extend(str(i) for i in range(int(lo), int(hi) + 1))
-        elif lo.isdigit():
-            out.append(lo)
-    return out
+    """'0-1,3' -> ['0', '1', '3'] (a gres_detail IDX list; bounded: records.index_list)."""
+    return [str(i) for i in index_list(idx)]
 
 
 def _gpus(where) -> str:
