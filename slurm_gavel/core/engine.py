@@ -42,7 +42,7 @@ import numpy as np
 
 from .backend import Backend, JobState, Observation, pair_gpu_limit
 from .clock import Clock
-from .mechanism import Churn, Ledger, RoundPlan, Server, plan_round
+from .mechanism import Churn, Ledger, RoundPlan, Server, _columns, _row_index, only_types, plan_round
 from .model import Allocation, PolicyInput
 from .state import EngineState
 from .store import MemoryStore, Store
@@ -316,14 +316,14 @@ class Engine:
         if (plan.start or plan.preempt or plan.filling or self._placements or len(alloc.pair_jobs)
                 or len(plan.keep) != len(alloc.job_ids)):
             return False
-        positive = alloc.x > 0
-        if np.count_nonzero(positive) != len(alloc.job_ids):
+        only = only_types(alloc.x_rows)       # kept per allocation (plan_round just read it)
+        if only is None:
             return False
-        row = {job: i for i, job in enumerate(alloc.job_ids)}
-        column = {wt: j for j, wt in enumerate(alloc.worker_types)}
+        row = _row_index(alloc.rows)
+        column = _columns(alloc.worker_types)
         for a in plan.keep:
-            i = row.get(a.jobs[0])
-            if i is None or len(a.jobs) != 1 or not positive[i, column[a.worker_type]]:
+            i = row.get(a.jobs)
+            if i is None or len(a.jobs) != 1 or only[i] != column[a.worker_type]:
                 return False
         return True
 

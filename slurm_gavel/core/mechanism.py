@@ -174,6 +174,26 @@ class Churn:
         return received
 
 
+    def running(self, received: list[float]) -> list[float]:
+        """`_shifted` of entries each of which is a running row on the type it runs on
+        (the same float operations, in plain Python for the few entries of a round)."""
+        shift = self.seed_seconds + self.restart_seconds
+        credit = self.hysteresis + self.restart_seconds
+        move = self.move_hysteresis
+        if move:
+            credit += move
+        out = []
+        for seconds in received:
+            if shift:
+                seconds += shift
+            if credit:       # (move > 0 makes credit > 0)
+                if move:
+                    seconds += move
+                seconds -= credit
+            out.append(seconds)
+        return out
+
+
 PLAIN = Churn()
 
 
@@ -262,6 +282,20 @@ class Ledger:
         array.flags.writeable = False
         self._owed_seen = (rows, self._owed_version, array)
         return array
+
+    def received(self, rows: Sequence[Row], columns: Sequence[int]) -> list[float]:
+        """For each row, the seconds it received on the type in its column since the last
+        reset, less what it was owed then: entries of `since_reset(rows) - owed(rows)`."""
+        get, owed = self._since_reset.get, self._owed.get if self._owed else None
+        out = []
+        for row, j in zip(rows, columns):
+            seconds = get(row)
+            value = 0.0 if seconds is None else seconds[j]
+            if owed is not None:
+                o = owed(row)
+                value -= 0.0 if o is None else o[j]
+            out.append(value)
+        return out
 
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
@@ -405,6 +439,20 @@ def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
         if isinstance(rows, tuple):
             _last_rows = (rows, index)
     return index
+
+
+_last_columns: tuple = ((), {})
+
+
+def _columns(worker_types: Sequence[str]) -> dict[str, int]:
+    """{worker type: its column}, kept for the last tuple of types (the allocation's)."""
+    global _last_columns
+    last, column = _last_columns
+    if last is not worker_types:
+        column = {wt: j for j, wt in enumerate(worker_types)}
+        if isinstance(worker_types, tuple):
+            _last_columns = (worker_types, column)
+    return column
 
 
 @dataclass(frozen=True)
@@ -554,39 +602,76 @@ def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -
     return True
 
 
-def _renew_all(rows, prio, running_on, sizes, free, before, servers) -> tuple[Assignment, ...] | None:
-    """The round's assignments when every row runs and its only positive priority is on the
-    type it runs on (and they still fit): every lease renewed, in the order `select` would
-    pick them (highest priority first, then row order), without picking and placing.
+_last_only: tuple = (None, None)
+
+
+def only_types(x: np.ndarray) -> tuple[int, ...] | None:
+    """The one type each row of `x` has a positive share on; None when a row has none or several."""
+    only = _only_entries(x)
+    return None if only is None else only[0]
+
+
+def _only_entries(x: np.ndarray) -> tuple[tuple[int, ...], list[float]] | None:
+    """(`only_types(x)`, each row's share there), kept for the last `x` (an allocation's
+    read-only `x_rows`: the same for many rounds)."""
+    global _last_only
+    last, only = _last_only
+    if last is not x:
+        positive = x > 0
+        only = None
+        if np.count_nonzero(positive) == len(x) and positive.any(axis=1).all():
+            types = positive.argmax(axis=1)
+            only = (tuple(types.tolist()), x[np.arange(len(x)), types].tolist())
+        _last_only = (x, only)
+    return only
+
+
+def _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers) -> tuple[Assignment, ...] | None:
+    """The round's assignments when every row runs on its only positive entry (and they
+    still fit): every lease renewed, in the order `select` would pick them (highest
+    priority first, then row order), without picking and placing.
     None when the round is not such a round (the full path plans it).
 
-    The common round between arrivals and departures; the same plan as the full
-    path gives (tests/test_mechanism.py holds the two against each other).
+    The common round between arrivals and departures, decided in plain Python
+    from each row's one running entry before any (R, k) array is built: the same
+    priorities as `priorities` on the full path's `received` (the same float
+    operations, entry by entry), the same plan (tests/test_speed_paths.py holds
+    the two against each other).
     """
-    n = len(rows)
-    positive = prio > 0
-    if np.count_nonzero(positive) != n:
+    only = _only_entries(x)
+    if only is None:
         return None
-    values = prio[np.arange(n), running_on]
-    if not (values > 0).all():
-        return None
-    assignments = [before[row] for row in rows]
-    used = [0] * len(free)
-    for a, t, need in zip(assignments, running_on.tolist(), sizes):
-        if a.gpus != need:
+    only, shares = only
+    assignments, types, used = [], [], {}
+    for r, row in enumerate(rows):
+        a = before.get(row)
+        if a is None or column.get(a.worker_type) != only[r] or a.gpus != int(scale_factors[row[0]]):
             return None
-        used[t] += need
-    if any(u > f for u, f in zip(used, free)):
+        assignments.append(a)
+        types.append(only[r])
+        used[a.worker_type] = used.get(a.worker_type, 0) + a.gpus
+    layout = _layout(servers)
+    if any(need > layout.gpus.get(wt, 0) for wt, need in used.items()):
         return None
-    room = dict(_layout(servers).free)
+    room = dict(layout.free)
     for a in assignments:
         for name, count in a.servers:
             left = room.get(name, 0) - count
             if left < 0:
                 return None          # its servers are no longer free (the full path moves it)
             room[name] = left
-    order = np.argsort(-values, kind="stable")
-    return tuple([assignments[r] for r in order.tolist()])
+    received = ledger.received(rows, types)
+    if churn is not PLAIN:
+        received = churn.running(received)
+    values = []
+    for r, seconds in enumerate(received):
+        value = shares[r] / seconds if seconds > 0 else math.inf
+        if not value > 0:
+            return None              # underflow: not positive, as `priorities` would say
+        values.append(value)
+    # highest priority first, row order among equals (reverse keeps a stable sort stable)
+    order = sorted(range(len(rows)), key=values.__getitem__, reverse=True)
+    return tuple([assignments[r] for r in order])
 
 
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
@@ -606,12 +691,19 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     """
     rows, x = allocation.rows, allocation.x_rows
     worker_types = allocation.worker_types
-    column = {wt: j for j, wt in enumerate(worker_types)}
-    before: dict[Row, Assignment] = {}          # last round's assignment of each row
-    current: dict[Row, int | None] = {}         # and its type
-    for a in previous:
-        before[a.jobs] = a
-        current[a.jobs] = column.get(a.worker_type)
+    column = _columns(worker_types)
+    before: dict[Row, Assignment] = {a.jobs: a for a in previous}     # last round's assignment of each row
+    placements = {job: p for job, p in (placements or {}).items() if p.restricts}
+    if usable is not None:
+        usable = np.asarray(usable, dtype=float)
+        if usable.shape != (len(allocation.job_ids), len(worker_types)):
+            raise ValueError(f"usable has shape {usable.shape}, expected "
+                             f"{(len(allocation.job_ids), len(worker_types))}")
+    if not placements and len(before) == len(rows) and not len(allocation.pair_jobs):
+        kept = _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers)
+        if kept is not None:
+            return RoundPlan(number, kept, kept, (), (), frozenset())
+    current = {row: column.get(a.worker_type) for row, a in before.items()}     # and its type
     index = _row_index(rows)
     staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
     running_on = np.full(len(rows), -1, dtype=np.int64)
@@ -627,12 +719,6 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     if churn is not PLAIN:
         received = churn._shifted(received, staying_rows, staying_types)
     prio = priorities(x, received)
-    placements = {job: p for job, p in (placements or {}).items() if p.restricts}
-    if usable is not None:
-        usable = np.asarray(usable, dtype=float)
-        if usable.shape != (len(allocation.job_ids), len(worker_types)):
-            raise ValueError(f"usable has shape {usable.shape}, expected "
-                             f"{(len(allocation.job_ids), len(worker_types))}")
     if placements:
         if usable is not None:
             usable = usable.copy()
@@ -648,10 +734,6 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     sizes = [int(scale_factors[row[0]]) for row in rows]
     gpus = _layout(servers).gpus
     free = [gpus.get(wt, 0) for wt in worker_types]
-    if not placements and len(staying) == len(rows) == len(before) and not len(allocation.pair_jobs):
-        kept = _renew_all(rows, prio, running_on, sizes, free, before, servers)
-        if kept is not None:
-            return RoundPlan(number, kept, kept, (), (), frozenset())
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
     fills: list[tuple[int, int]] = []
     chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
@@ -688,5 +770,5 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt, filling)
 
 
-__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "place",
+__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "only_types", "place",
            "fill", "plan_round", "priorities", "select"]
