@@ -263,6 +263,8 @@ class Engine:
         self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
         self._capacity_of: tuple = (None, None)
         self._steady: Allocation | None = None     # the allocation whose rows all run on their one type
+        self._previous: tuple = (None, None, ())  # (running, sizes, those of running all planned)
+        self._idle: tuple = (None, None, ())      # (servers, running, their idle GPUs)
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = getattr(self.store, "keeps_usage", True)
 
@@ -294,8 +296,7 @@ class Engine:
             plan = RoundPlan(self.round, last.assignments, last.assignments, (), (), frozenset())
         else:
             scale_factors = self._sizes
-            previous = [a for a in obs.running
-                        if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
+            previous = self._planned_running(obs.running, scale_factors)
             plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
                               previous, self._placements, self._usable_for(self.allocation), self.churn)
             self._steady = self.allocation if quiet is not None and self._renews_all(plan) else None
@@ -307,6 +308,17 @@ class Engine:
         self._round_end = round_end
         self._save_state()
         return plan
+
+    def _planned_running(self, running: tuple, sizes: Mapping[str, int]) -> tuple:
+        """The `running` assignments all of whose jobs are planned (in `sizes`), kept while the
+        backend hands over the same tuple and the jobs do not change (most rounds)."""
+        kept_running, kept_sizes, previous = self._previous
+        if kept_running is not running or kept_sizes is not sizes:
+            previous = tuple(a for a in running
+                             if a.jobs[0] in sizes and (len(a.jobs) == 1 or a.jobs[1] in sizes))
+            if isinstance(running, tuple):
+                self._previous = (running, sizes, previous)
+        return previous
 
     def _renews_all(self, plan: RoundPlan) -> bool:
         """Whether `plan` runs every row of the allocation in force on its only positive
@@ -358,7 +370,11 @@ class Engine:
         new = [j for j in obs.jobs if j.id not in known and j.id not in running and not j.hold_reason]
         if not new:
             return None
-        idle = _idle_servers(obs.servers, obs.running)
+        servers, running, idle = self._idle       # kept while neither changes (arrivals that wait)
+        if servers is not obs.servers or running is not obs.running:
+            idle = _idle_servers(obs.servers, obs.running)
+            if isinstance(obs.servers, tuple) and isinstance(obs.running, tuple):
+                self._idle = (obs.servers, obs.running, idle)
         room: dict[str, int] = {}
         for s in idle:
             room[s.worker_type] = room.get(s.worker_type, 0) + s.gpus

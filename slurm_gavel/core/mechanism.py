@@ -473,18 +473,21 @@ class _Layout:
         return _Layout({s.name: s.gpus for s in servers}, of_type, gpus)
 
 
-_last_layout: tuple[tuple[Server, ...], _Layout] = ((), _Layout({}, {}, {}))
+_last_layouts: list[tuple[tuple[Server, ...], _Layout]] = []
 
 
 def _layout(servers: Sequence[Server]) -> _Layout:
-    """`_Layout.of(servers)`, kept for the last tuple of servers (backends pass the same one each round)."""
-    global _last_layout
+    """`_Layout.of(servers)`, kept for the last two tuples of servers: backends pass the same
+    one each round, and a round's mid-round starts (Engine.start_arrivals) plan on a second
+    one, the idle GPUs, which must not push the first out."""
     if not isinstance(servers, tuple):
         return _Layout.of(servers)
-    last, layout = _last_layout
-    if last is not servers:
-        layout = _Layout.of(servers)
-        _last_layout = (servers, layout)
+    for kept, layout in _last_layouts:
+        if kept is servers:
+            return layout
+    layout = _Layout.of(servers)
+    _last_layouts.insert(0, (servers, layout))
+    del _last_layouts[2:]
     return layout
 
 
