@@ -264,7 +264,6 @@ class Engine:
         self._capacity_of: tuple = (None, None)
         self._steady: Allocation | None = None     # the allocation whose rows all run on their one type
         self._previous: tuple = (None, None, ())  # (running, sizes, those of running all planned)
-        self._idle: tuple = (None, None, ())      # (servers, running, their idle GPUs)
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = getattr(self.store, "keeps_usage", True)
 
@@ -370,11 +369,7 @@ class Engine:
         new = [j for j in obs.jobs if j.id not in known and j.id not in running and not j.hold_reason]
         if not new:
             return None
-        servers, running, idle = self._idle       # kept while neither changes (arrivals that wait)
-        if servers is not obs.servers or running is not obs.running:
-            idle = _idle_servers(obs.servers, obs.running)
-            if isinstance(obs.servers, tuple) and isinstance(obs.running, tuple):
-                self._idle = (obs.servers, obs.running, idle)
+        idle = _idle_servers(obs.servers, obs.running)
         room: dict[str, int] = {}
         for s in idle:
             room[s.worker_type] = room.get(s.worker_type, 0) + s.gpus
@@ -382,7 +377,9 @@ class Engine:
         if not new:
             return None                     # no newcomer fits the idle GPUs: wait for the round
         table = self._masked(new, self.throughputs.lookup(new, self.worker_types))
-        solo = np.nan_to_num(table.solo, nan=0.0)
+        solo = table.solo               # read only here; unknown (NaN) throughputs are 0
+        if not np.isfinite(solo).all():
+            solo = np.nan_to_num(solo, nan=0.0)
         best = solo.max(axis=1, keepdims=True)
         usable = np.divide(solo, best, out=np.zeros_like(solo), where=best > 0)
         ids = tuple(j.id for j in new)

@@ -365,16 +365,17 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     if running_on is None:        # (R,) the type each row runs on now, -1: none (from `current`)
         current = current or {}
         running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
-    staying = running_on[r_idx] == t_idx
-    values = prio[r_idx, t_idx]
-    # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
-    order = np.lexsort((~staying, -values))
     left = [int(v) for v in free]
     sfs = scale_factors.tolist()
     busy: set[str] = set()
     chosen: list[tuple[int, int]] = []
     everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
-    _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
+    if len(r_idx):                # (none: only newcomers with no share yet, Engine.start_arrivals)
+        staying = running_on[r_idx] == t_idx
+        values = prio[r_idx, t_idx]
+        # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
+        order = np.lexsort((~staying, -values))
+        _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
     if usable is not None and len(busy) < everyone and sum(left) >= min(sfs, default=1):
         first = len(chosen)
         fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone)
