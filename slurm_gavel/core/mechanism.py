@@ -645,31 +645,29 @@ def _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers) -
     only = _only_entries(x)
     if only is None:
         return None
-    only, shares = only
-    assignments, types, used = [], [], {}
-    for r, row in enumerate(rows):
-        a = before.get(row)
-        if a is None or column.get(a.worker_type) != only[r] or a.gpus != int(scale_factors[row[0]]):
-            return None
-        assignments.append(a)
-        types.append(only[r])
-        used[a.worker_type] = used.get(a.worker_type, 0) + a.gpus
+    types, shares = only
     layout = _layout(servers)
-    if any(need > layout.gpus.get(wt, 0) for wt, need in used.items()):
-        return None
     room = dict(layout.free)
-    for a in assignments:
+    assignments, used = [], {}
+    for row, t in zip(rows, types):
+        a = before.get(row)
+        if a is None or column.get(a.worker_type) != t or a.gpus != int(scale_factors[row[0]]):
+            return None
         for name, count in a.servers:
             left = room.get(name, 0) - count
             if left < 0:
                 return None          # its servers are no longer free (the full path moves it)
             room[name] = left
+        assignments.append(a)
+        used[a.worker_type] = used.get(a.worker_type, 0) + a.gpus
+    if any(need > layout.gpus.get(wt, 0) for wt, need in used.items()):
+        return None
     received = ledger.received(rows, types)
     if churn is not PLAIN:
         received = churn.running(received)
     values = []
-    for r, seconds in enumerate(received):
-        value = shares[r] / seconds if seconds > 0 else math.inf
+    for share, seconds in zip(shares, received):
+        value = share / seconds if seconds > 0 else math.inf
         if not value > 0:
             return None              # underflow: not positive, as `priorities` would say
         values.append(value)
@@ -716,13 +714,16 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         staying_rows = np.array([rt[0] for rt in staying], dtype=np.int64)
         staying_types = np.array([rt[1] for rt in staying], dtype=np.int64)
         running_on[staying_rows] = staying_types
-    received = ledger.since_reset(rows)
-    owed = ledger.owed(rows)
-    if owed is not None:
-        received -= owed          # what a row was owed before the reset counts as not received
-    if churn is not PLAIN:
-        received = churn._shifted(received, staying_rows, staying_types)
-    prio = priorities(x, received)
+    if (x > 0).any():
+        received = ledger.since_reset(rows)
+        owed = ledger.owed(rows)
+        if owed is not None:
+            received -= owed          # what a row was owed before the reset counts as not received
+        if churn is not PLAIN:
+            received = churn._shifted(received, staying_rows, staying_types)
+        prio = priorities(x, received)
+    else:
+        prio = np.zeros(x.shape)      # no share anywhere (newcomers mid-round): what they received does not matter
     if placements:
         if usable is not None:
             usable = usable.copy()
