@@ -42,7 +42,7 @@ import numpy as np
 
 from .backend import Backend, JobState, Observation, pair_gpu_limit
 from .clock import Clock
-from .mechanism import Churn, Ledger, RoundPlan, Server, _columns, _row_index, only_types, plan_round
+from .mechanism import Churn, Ledger, RoundPlan, Server, only_types, plan_round, row_index, type_columns
 from .model import Allocation, PolicyInput
 from .state import EngineState
 from .store import MemoryStore, Store
@@ -330,8 +330,8 @@ class Engine:
         only = only_types(alloc.x_rows)       # kept per allocation (plan_round just read it)
         if only is None:
             return False
-        row = _row_index(alloc.rows)
-        column = _columns(alloc.worker_types)
+        row = row_index(alloc.rows)
+        column = type_columns(alloc.worker_types)
         for a in plan.keep:
             i = row.get(a.jobs)
             if i is None or len(a.jobs) != 1 or only[i] != column[a.worker_type]:

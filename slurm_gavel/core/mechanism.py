@@ -173,7 +173,6 @@ class Churn:
             received[r, t] -= credit          # <= 0: an infinite priority while the lease lasts
         return received
 
-
     def running(self, received: list[float]) -> list[float]:
         """`_shifted` of entries each of which is a running row on the type it runs on
         (the same float operations, in plain Python for the few entries of a round)."""
@@ -416,7 +415,7 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
     room = np.array(left) > 0
     candidates = (usable > 0) & (prio[:n] == 0) & room[None, :]
     if busy:
-        index = _row_index(rows)
+        index = row_index(rows)
         taken = [index[(job,)] for job in busy if (job,) in index]
         candidates[taken] = False
     r_idx, t_idx = np.nonzero(candidates)
@@ -431,8 +430,9 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
 _last_rows: tuple = ((), {})
 
 
-def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
-    """{row: its index}, kept for the last rows (the allocation's, the same object for many rounds)."""
+def row_index(rows: Sequence[Row]) -> dict[Row, int]:
+    """{row: its index}, kept for the last rows (the allocation's, the same object for many
+    rounds; shared: callers only read it)."""
     global _last_rows
     last, index = _last_rows
     if last is not rows:
@@ -442,17 +442,18 @@ def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
     return index
 
 
-_last_columns: tuple = ((), {})
+_last_type_columns: tuple = ((), {})
 
 
-def _columns(worker_types: Sequence[str]) -> dict[str, int]:
-    """{worker type: its column}, kept for the last tuple of types (the allocation's)."""
-    global _last_columns
-    last, column = _last_columns
+def type_columns(worker_types: Sequence[str]) -> dict[str, int]:
+    """{worker type: its column}, kept for the last tuple of types (the allocation's; shared:
+    callers only read it)."""
+    global _last_type_columns
+    last, column = _last_type_columns
     if last is not worker_types:
         column = {wt: j for j, wt in enumerate(worker_types)}
         if isinstance(worker_types, tuple):
-            _last_columns = (worker_types, column)
+            _last_type_columns = (worker_types, column)
     return column
 
 
@@ -483,8 +484,10 @@ def _layout(servers: Sequence[Server]) -> _Layout:
     one, the idle GPUs, which must not push the first out."""
     if not isinstance(servers, tuple):
         return _Layout.of(servers)
-    for kept, layout in _last_layouts:
+    for i, (kept, layout) in enumerate(_last_layouts):
         if kept is servers:
+            if i:
+                _last_layouts.insert(0, _last_layouts.pop(i))     # the most recently used first
             return layout
     layout = _Layout.of(servers)
     _last_layouts.insert(0, (servers, layout))
@@ -693,7 +696,7 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     """
     rows, x = allocation.rows, allocation.x_rows
     worker_types = allocation.worker_types
-    column = _columns(worker_types)
+    column = type_columns(worker_types)
     before: dict[Row, Assignment] = {a.jobs: a for a in previous}     # last round's assignment of each row
     placements = {job: p for job, p in (placements or {}).items() if p.restricts}
     if usable is not None:
@@ -706,7 +709,7 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         if kept is not None:
             return RoundPlan(number, kept, kept, (), (), frozenset())
     current = {row: column.get(a.worker_type) for row, a in before.items()}     # and its type
-    index = _row_index(rows)
+    index = row_index(rows)
     staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
     running_on = np.full(len(rows), -1, dtype=np.int64)
     staying_rows = staying_types = None
@@ -748,7 +751,7 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     else:
         # A pick whose servers cannot hold it is dropped and the round picked again
         # without that entry: its GPUs go to the next rows in priority order.
-        index = _row_index(rows)
+        index = row_index(rows)
         while True:     # ends: each failure zeroes an entry of positive priority or usable
             assignments, failed = _place(picks, servers, before, placements)
             if not failed:
@@ -775,5 +778,5 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt, filling)
 
 
-__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "only_types", "place",
-           "fill", "plan_round", "priorities", "select"]
+__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows",
+           "fill", "only_types", "place", "plan_round", "priorities", "row_index", "select", "type_columns"]
