@@ -725,8 +725,8 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         if churn is not PLAIN:
             received = churn._shifted(received, staying_rows, staying_types)
         prio = priorities(x, received)
-    else:
-        prio = np.zeros(x.shape)      # no share anywhere (newcomers mid-round): what they received does not matter
+    else:       # no share anywhere (newcomers mid-round): every priority is 0, whatever was received
+        prio = np.zeros(x.shape)
     if placements:
         if usable is not None:
             usable = usable.copy()
