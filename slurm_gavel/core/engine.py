@@ -42,7 +42,7 @@ import numpy as np
 
 from .backend import Backend, JobState, Observation, pair_gpu_limit
 from .clock import Clock
-from .mechanism import Churn, Ledger, RoundPlan, Server, plan_round
+from .mechanism import Churn, Ledger, RoundPlan, Server, only_types, plan_round, row_index, type_columns
 from .model import Allocation, PolicyInput
 from .state import EngineState
 from .store import MemoryStore, Store
@@ -263,6 +263,7 @@ class Engine:
         self._unrecorded: deque[tuple] = deque()    # store writes not done yet, in order
         self._capacity_of: tuple = (None, None)
         self._steady: Allocation | None = None     # the allocation whose rows all run on their one type
+        self._previous: tuple = (None, None, ())  # (running, sizes, those of running all planned)
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = getattr(self.store, "keeps_usage", True)
 
@@ -294,8 +295,7 @@ class Engine:
             plan = RoundPlan(self.round, last.assignments, last.assignments, (), (), frozenset())
         else:
             scale_factors = self._sizes
-            previous = [a for a in obs.running
-                        if a.jobs[0] in scale_factors and (len(a.jobs) == 1 or a.jobs[1] in scale_factors)]
+            previous = self._planned_running(obs.running, scale_factors)
             plan = plan_round(self.round, self.allocation, self.ledger, obs.servers, scale_factors,
                               previous, self._placements, self._usable_for(self.allocation), self.churn)
             self._steady = self.allocation if quiet is not None and self._renews_all(plan) else None
@@ -308,6 +308,17 @@ class Engine:
         self._save_state()
         return plan
 
+    def _planned_running(self, running: tuple, sizes: Mapping[str, int]) -> tuple:
+        """The `running` assignments all of whose jobs are planned (in `sizes`), kept while the
+        backend hands over the same tuple and the jobs do not change (most rounds)."""
+        kept_running, kept_sizes, previous = self._previous
+        if kept_running is not running or kept_sizes is not sizes:
+            previous = tuple(a for a in running
+                             if a.jobs[0] in sizes and (len(a.jobs) == 1 or a.jobs[1] in sizes))
+            if isinstance(running, tuple):
+                self._previous = (running, sizes, previous)
+        return previous
+
     def _renews_all(self, plan: RoundPlan) -> bool:
         """Whether `plan` runs every row of the allocation in force on its only positive
         entry, starting and stopping nothing (so that, until something changes, every
@@ -316,14 +327,14 @@ class Engine:
         if (plan.start or plan.preempt or plan.filling or self._placements or len(alloc.pair_jobs)
                 or len(plan.keep) != len(alloc.job_ids)):
             return False
-        positive = alloc.x > 0
-        if np.count_nonzero(positive) != len(alloc.job_ids):
+        only = only_types(alloc.x_rows)       # kept per allocation (plan_round just read it)
+        if only is None:
             return False
-        row = {job: i for i, job in enumerate(alloc.job_ids)}
-        column = {wt: j for j, wt in enumerate(alloc.worker_types)}
+        row = row_index(alloc.rows)
+        column = type_columns(alloc.worker_types)
         for a in plan.keep:
-            i = row.get(a.jobs[0])
-            if i is None or len(a.jobs) != 1 or not positive[i, column[a.worker_type]]:
+            i = row.get(a.jobs)
+            if i is None or len(a.jobs) != 1 or only[i] != column[a.worker_type]:
                 return False
         return True
 
@@ -366,7 +377,9 @@ class Engine:
         if not new:
             return None                     # no newcomer fits the idle GPUs: wait for the round
         table = self._masked(new, self.throughputs.lookup(new, self.worker_types))
-        solo = np.nan_to_num(table.solo, nan=0.0)
+        solo = table.solo               # read only here; unknown (NaN) throughputs are 0
+        if not np.isfinite(solo).all():
+            solo = np.nan_to_num(solo, nan=0.0)
         best = solo.max(axis=1, keepdims=True)
         usable = np.divide(solo, best, out=np.zeros_like(solo), where=best > 0)
         ids = tuple(j.id for j in new)

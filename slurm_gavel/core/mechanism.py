@@ -173,6 +173,25 @@ class Churn:
             received[r, t] -= credit          # <= 0: an infinite priority while the lease lasts
         return received
 
+    def running(self, received: list[float]) -> list[float]:
+        """`_shifted` of entries each of which is a running row on the type it runs on
+        (the same float operations, in plain Python for the few entries of a round)."""
+        shift = self.seed_seconds + self.restart_seconds
+        credit = self.hysteresis + self.restart_seconds
+        move = self.move_hysteresis
+        if move:
+            credit += move
+        out = []
+        for seconds in received:
+            if shift:
+                seconds += shift
+            if credit:       # (move > 0 makes credit > 0)
+                if move:
+                    seconds += move
+                seconds -= credit
+            out.append(seconds)
+        return out
+
 
 PLAIN = Churn()
 
@@ -263,6 +282,20 @@ class Ledger:
         self._owed_seen = (rows, self._owed_version, array)
         return array
 
+    def received(self, rows: Sequence[Row], columns: Sequence[int]) -> list[float]:
+        """For each row, the seconds it received on the type in its column since the last
+        reset, less what it was owed then: entries of `since_reset(rows) - owed(rows)`."""
+        get, owed = self._since_reset.get, self._owed.get if self._owed else None
+        out = []
+        for row, j in zip(rows, columns):
+            seconds = get(row)
+            value = 0.0 if seconds is None else seconds[j]
+            if owed is not None:
+                o = owed(row)
+                value -= 0.0 if o is None else o[j]
+            out.append(value)
+        return out
+
     def since_reset(self, rows: Sequence[Row]) -> np.ndarray:
         """(R, k) seconds each row received since the last reset."""
         k = len(self.worker_types)
@@ -331,16 +364,17 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
     if running_on is None:        # (R,) the type each row runs on now, -1: none (from `current`)
         current = current or {}
         running_on = np.array([current.get(row, -1) for row in rows], dtype=np.int64).reshape(len(rows))
-    staying = running_on[r_idx] == t_idx
-    values = prio[r_idx, t_idx]
-    # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
-    order = np.lexsort((~staying, -values))
     left = [int(v) for v in free]
     sfs = scale_factors.tolist()
     busy: set[str] = set()
     chosen: list[tuple[int, int]] = []
     everyone = len(set().union(*rows))     # once all of them run, nothing more can be picked
-    _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
+    if len(r_idx):                # (none: only newcomers with no share yet, Engine.start_arrivals)
+        staying = running_on[r_idx] == t_idx
+        values = prio[r_idx, t_idx]
+        # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
+        order = np.lexsort((~staying, -values))
+        _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
     if usable is not None and len(busy) < everyone and sum(left) >= min(sfs, default=1):
         first = len(chosen)
         fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone)
@@ -381,7 +415,7 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
     room = np.array(left) > 0
     candidates = (usable > 0) & (prio[:n] == 0) & room[None, :]
     if busy:
-        index = _row_index(rows)
+        index = row_index(rows)
         taken = [index[(job,)] for job in busy if (job,) in index]
         candidates[taken] = False
     r_idx, t_idx = np.nonzero(candidates)
@@ -396,8 +430,9 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
 _last_rows: tuple = ((), {})
 
 
-def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
-    """{row: its index}, kept for the last rows (the allocation's, the same object for many rounds)."""
+def row_index(rows: Sequence[Row]) -> dict[Row, int]:
+    """{row: its index}, kept for the last rows (the allocation's, the same object for many
+    rounds; shared: callers only read it)."""
     global _last_rows
     last, index = _last_rows
     if last is not rows:
@@ -405,6 +440,21 @@ def _row_index(rows: Sequence[Row]) -> dict[Row, int]:
         if isinstance(rows, tuple):
             _last_rows = (rows, index)
     return index
+
+
+_last_type_columns: tuple = ((), {})
+
+
+def type_columns(worker_types: Sequence[str]) -> dict[str, int]:
+    """{worker type: its column}, kept for the last tuple of types (the allocation's; shared:
+    callers only read it)."""
+    global _last_type_columns
+    last, column = _last_type_columns
+    if last is not worker_types:
+        column = {wt: j for j, wt in enumerate(worker_types)}
+        if isinstance(worker_types, tuple):
+            _last_type_columns = (worker_types, column)
+    return column
 
 
 @dataclass(frozen=True)
@@ -425,18 +475,23 @@ class _Layout:
         return _Layout({s.name: s.gpus for s in servers}, of_type, gpus)
 
 
-_last_layout: tuple[tuple[Server, ...], _Layout] = ((), _Layout({}, {}, {}))
+_last_layouts: list[tuple[tuple[Server, ...], _Layout]] = []
 
 
 def _layout(servers: Sequence[Server]) -> _Layout:
-    """`_Layout.of(servers)`, kept for the last tuple of servers (backends pass the same one each round)."""
-    global _last_layout
+    """`_Layout.of(servers)`, kept for the last two tuples of servers: backends pass the same
+    one each round, and a round's mid-round starts (Engine.start_arrivals) plan on a second
+    one, the idle GPUs, which must not push the first out."""
     if not isinstance(servers, tuple):
         return _Layout.of(servers)
-    last, layout = _last_layout
-    if last is not servers:
-        layout = _Layout.of(servers)
-        _last_layout = (servers, layout)
+    for i, (kept, layout) in enumerate(_last_layouts):
+        if kept is servers:
+            if i:
+                _last_layouts.insert(0, _last_layouts.pop(i))     # the most recently used first
+            return layout
+    layout = _Layout.of(servers)
+    _last_layouts.insert(0, (servers, layout))
+    del _last_layouts[2:]
     return layout
 
 
@@ -554,39 +609,74 @@ def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -
     return True
 
 
-def _renew_all(rows, prio, running_on, sizes, free, before, servers) -> tuple[Assignment, ...] | None:
-    """The round's assignments when every row runs and its only positive priority is on the
-    type it runs on (and they still fit): every lease renewed, in the order `select` would
-    pick them (highest priority first, then row order), without picking and placing.
+_last_only: tuple = (None, None)
+
+
+def only_types(x: np.ndarray) -> tuple[int, ...] | None:
+    """The one type each row of `x` has a positive share on; None when a row has none or several."""
+    only = _only_entries(x)
+    return None if only is None else only[0]
+
+
+def _only_entries(x: np.ndarray) -> tuple[tuple[int, ...], list[float]] | None:
+    """(`only_types(x)`, each row's share there), kept for the last `x` (an allocation's
+    read-only `x_rows`: the same for many rounds)."""
+    global _last_only
+    last, only = _last_only
+    if last is not x:
+        positive = x > 0
+        only = None
+        if np.count_nonzero(positive) == len(x) and positive.any(axis=1).all():
+            types = positive.argmax(axis=1)
+            only = (tuple(types.tolist()), x[np.arange(len(x)), types].tolist())
+        _last_only = (x, only)
+    return only
+
+
+def _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers) -> tuple[Assignment, ...] | None:
+    """The round's assignments when every row runs on its only positive entry (and they
+    still fit): every lease renewed, in the order `select` would pick them (highest
+    priority first, then row order), without picking and placing.
     None when the round is not such a round (the full path plans it).
 
-    The common round between arrivals and departures; the same plan as the full
-    path gives (tests/test_mechanism.py holds the two against each other).
+    The common round between arrivals and departures, decided in plain Python
+    from each row's one running entry before any (R, k) array is built: the same
+    priorities as `priorities` on the full path's `received` (the same float
+    operations, entry by entry), the same plan (tests/test_speed_paths.py holds
+    the two against each other).
     """
-    n = len(rows)
-    positive = prio > 0
-    if np.count_nonzero(positive) != n:
+    only = _only_entries(x)
+    if only is None:
         return None
-    values = prio[np.arange(n), running_on]
-    if not (values > 0).all():
-        return None
-    assignments = [before[row] for row in rows]
-    used = [0] * len(free)
-    for a, t, need in zip(assignments, running_on.tolist(), sizes):
-        if a.gpus != need:
+    types, shares = only
+    layout = _layout(servers)
+    room = dict(layout.free)
+    assignments, used = [], {}
+    for row, t in zip(rows, types):
+        a = before.get(row)
+        if a is None or column.get(a.worker_type) != t or a.gpus != int(scale_factors[row[0]]):
             return None
-        used[t] += need
-    if any(u > f for u, f in zip(used, free)):
-        return None
-    room = dict(_layout(servers).free)
-    for a in assignments:
         for name, count in a.servers:
             left = room.get(name, 0) - count
             if left < 0:
                 return None          # its servers are no longer free (the full path moves it)
             room[name] = left
-    order = np.argsort(-values, kind="stable")
-    return tuple([assignments[r] for r in order.tolist()])
+        assignments.append(a)
+        used[a.worker_type] = used.get(a.worker_type, 0) + a.gpus
+    if any(need > layout.gpus.get(wt, 0) for wt, need in used.items()):
+        return None
+    received = ledger.received(rows, types)
+    if churn is not PLAIN:
+        received = churn.running(received)
+    values = []
+    for share, seconds in zip(shares, received):
+        value = share / seconds if seconds > 0 else math.inf
+        if not value > 0:
+            return None              # underflow: not positive, as `priorities` would say
+        values.append(value)
+    # highest priority first, row order among equals (reverse keeps a stable sort stable)
+    order = sorted(range(len(rows)), key=values.__getitem__, reverse=True)
+    return tuple([assignments[r] for r in order])
 
 
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
@@ -606,13 +696,20 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     """
     rows, x = allocation.rows, allocation.x_rows
     worker_types = allocation.worker_types
-    column = {wt: j for j, wt in enumerate(worker_types)}
-    before: dict[Row, Assignment] = {}          # last round's assignment of each row
-    current: dict[Row, int | None] = {}         # and its type
-    for a in previous:
-        before[a.jobs] = a
-        current[a.jobs] = column.get(a.worker_type)
-    index = _row_index(rows)
+    column = type_columns(worker_types)
+    before: dict[Row, Assignment] = {a.jobs: a for a in previous}     # last round's assignment of each row
+    placements = {job: p for job, p in (placements or {}).items() if p.restricts}
+    if usable is not None:
+        usable = np.asarray(usable, dtype=float)
+        if usable.shape != (len(allocation.job_ids), len(worker_types)):
+            raise ValueError(f"usable has shape {usable.shape}, expected "
+                             f"{(len(allocation.job_ids), len(worker_types))}")
+    if not placements and len(before) == len(rows) and not len(allocation.pair_jobs):
+        kept = _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers)
+        if kept is not None:
+            return RoundPlan(number, kept, kept, (), (), frozenset())
+    current = {row: column.get(a.worker_type) for row, a in before.items()}     # and its type
+    index = row_index(rows)
     staying = [(index[row], t) for row, t in current.items() if t is not None and row in index]
     running_on = np.full(len(rows), -1, dtype=np.int64)
     staying_rows = staying_types = None
@@ -620,19 +717,16 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         staying_rows = np.array([rt[0] for rt in staying], dtype=np.int64)
         staying_types = np.array([rt[1] for rt in staying], dtype=np.int64)
         running_on[staying_rows] = staying_types
-    received = ledger.since_reset(rows)
-    owed = ledger.owed(rows)
-    if owed is not None:
-        received -= owed          # what a row was owed before the reset counts as not received
-    if churn is not PLAIN:
-        received = churn._shifted(received, staying_rows, staying_types)
-    prio = priorities(x, received)
-    placements = {job: p for job, p in (placements or {}).items() if p.restricts}
-    if usable is not None:
-        usable = np.asarray(usable, dtype=float)
-        if usable.shape != (len(allocation.job_ids), len(worker_types)):
-            raise ValueError(f"usable has shape {usable.shape}, expected "
-                             f"{(len(allocation.job_ids), len(worker_types))}")
+    if (x > 0).any():
+        received = ledger.since_reset(rows)
+        owed = ledger.owed(rows)
+        if owed is not None:
+            received -= owed          # what a row was owed before the reset counts as not received
+        if churn is not PLAIN:
+            received = churn._shifted(received, staying_rows, staying_types)
+        prio = priorities(x, received)
+    else:       # no share anywhere (newcomers mid-round): every priority is 0, whatever was received
+        prio = np.zeros(x.shape)
     if placements:
         if usable is not None:
             usable = usable.copy()
@@ -648,10 +742,6 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     sizes = [int(scale_factors[row[0]]) for row in rows]
     gpus = _layout(servers).gpus
     free = [gpus.get(wt, 0) for wt in worker_types]
-    if not placements and len(staying) == len(rows) == len(before) and not len(allocation.pair_jobs):
-        kept = _renew_all(rows, prio, running_on, sizes, free, before, servers)
-        if kept is not None:
-            return RoundPlan(number, kept, kept, (), (), frozenset())
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
     fills: list[tuple[int, int]] = []
     chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
@@ -661,7 +751,7 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     else:
         # A pick whose servers cannot hold it is dropped and the round picked again
         # without that entry: its GPUs go to the next rows in priority order.
-        index = _row_index(rows)
+        index = row_index(rows)
         while True:     # ends: each failure zeroes an entry of positive priority or usable
             assignments, failed = _place(picks, servers, before, placements)
             if not failed:
@@ -688,5 +778,5 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt, filling)
 
 
-__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows", "place",
-           "fill", "plan_round", "priorities", "select"]
+__all__ = ["PLAIN", "Assignment", "Churn", "Ledger", "Placement", "RoundPlan", "Row", "Server", "allocation_rows",
+           "fill", "only_types", "place", "plan_round", "priorities", "row_index", "select", "type_columns"]

@@ -306,6 +306,7 @@ class SimulatedCluster:
         usage_of, renewed = self._usage_of, {}
         measure = self.measure
         departed = False
+        gone: set[int] = set()           # ids of assignments a job of which is no longer active
         made: dict[str, float] = {}
         for a in self._running:
             held = 0.0
@@ -315,6 +316,7 @@ class SimulatedCluster:
             for job in a.jobs:
                 state = active.get(job)
                 if state is None:
+                    gone.add(id(a))
                     continue
                 cost = ckpt_left.get(job, 0.0) if ckpt_left else 0.0
                 if cost:
@@ -330,6 +332,7 @@ class SimulatedCluster:
                     results[job].seconds[wt] += ran
                     self._depart(job, start + ran)
                     departed = True
+                    gone.add(id(a))
                 else:
                     done[job] += rate * useful
                     ran = length
@@ -337,10 +340,11 @@ class SimulatedCluster:
                 if ran > held:
                     held = ran
             busy[column[wt]] += held * a.gpus
-            u = usage_of.get(id(a))
+            key = id(a)
+            u = usage_of.get(key)
             if u is None or u.assignment is not a or u.seconds != held:
                 u = Usage(a, held)
-            renewed[id(a)] = u
+            renewed[key] = u
             usage.append(u)
             if measure and held > 0:
                 spread = len(a.servers) > 1
@@ -353,7 +357,7 @@ class SimulatedCluster:
         self._usage_of = renewed
         self.busy_gpu_seconds += busy
         if departed:
-            self._running = tuple(a for a in self._running if all(j in active for j in a.jobs))
+            self._running = tuple([a for a in self._running if id(a) not in gone])
 
 
 # -- driving a simulation --------------------------------------------------------
