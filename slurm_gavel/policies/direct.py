@@ -54,7 +54,11 @@ MAX_COLUMNS = HIGHS_SIMPLEX_BELOW
 # HiGHS options: its dual simplex (as the cvxpy route uses on small LPs)
 # without presolve (on LPs this small presolve costs more than it saves).
 # Tests may add options (an iteration limit, say) to exercise the fallback.
-OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off"}
+# Refactoring at every rebuild costs less on LPs this small than HiGHS' default test of
+# whether it may skip one (solves with a made-up right-hand side to measure the error):
+# 3% fewer instructions in a whole simulation (docs/benchmarks.md).
+OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off",
+           "no_unnecessary_rebuild_refactor": False}
 
 _local = threading.local()
 
