@@ -51,7 +51,7 @@ def solve_all(calls: list, force_dual: bool) -> tuple[float, list]:
     """Seconds to solve every recorded LP, and the solutions."""
     real = direct._solve
     if force_dual:
-        direct._solve = lambda *args: real(*args[:8], direct.DUAL)
+        direct._solve = lambda *args, **kw: real(*args[:8], direct.DUAL, **kw)
     started = time.perf_counter()
     try:
         out = [direct.max_min(*args, **kwargs) for args, kwargs in calls]

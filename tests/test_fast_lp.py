@@ -193,7 +193,7 @@ def test_the_primal_simplex_only_where_the_rates_are_within_its_range():
     chosen = direct.max_min(*args, second=solo)
     real = direct._solve
     try:
-        direct._solve = lambda *a: real(*a[:8], direct.DUAL)
+        direct._solve = lambda *a, **kw: real(*a[:8], direct.DUAL, **kw)
         dual = direct.max_min(*args, second=solo)
     finally:
         direct._solve = real

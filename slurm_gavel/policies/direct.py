@@ -54,7 +54,11 @@ MAX_COLUMNS = HIGHS_SIMPLEX_BELOW
 # HiGHS options: its dual simplex (as the cvxpy route uses on small LPs)
 # without presolve (on LPs this small presolve costs more than it saves).
 # Tests may add options (an iteration limit, say) to exercise the fallback.
-OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off"}
+# Refactoring at every rebuild costs less on LPs this small than HiGHS' default test of
+# whether it may skip one (solves with a made-up right-hand side to measure the error):
+# 3% fewer instructions in a whole simulation (docs/benchmarks.md).
+OPTIONS = {"output_flag": False, "solver": "simplex", "presolve": "off",
+           "no_unnecessary_rebuild_refactor": False}
 
 _local = threading.local()
 
@@ -83,6 +87,7 @@ def _highs():
             h.setOptionValue(name, value)
         match_scheduler_threads(h)
         _local.highs = h
+        _local.strategy = None
     return h
 
 
@@ -163,17 +168,21 @@ def _bounds(n_cols: int, n_x: int, n_rows: int) -> tuple[np.ndarray, np.ndarray,
     return col_lower, row_lower, integrality
 
 
-def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, value, strategy: int = DUAL):
+def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, value, strategy: int = DUAL,
+           columns: bool = True):
     """HiGHS on: max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper, t free.
 
     The first `n_x` columns are X (lower bound 0), any after them t (free);
     `col_upper` covers every column.  `strategy`: HiGHS' simplex strategy
     (DUAL or PRIMAL).  Returns (columns, objective), or None unless HiGHS
-    reports an optimum.
+    reports an optimum; columns is None unless `columns` (a stage that goes on
+    on the same model needs the objective alone, and the solution is a copy).
     """
     import highspy
     h = _highs()
-    h.setOptionValue("simplex_strategy", strategy)
+    if _local.strategy != strategy:       # (setting an option costs a string lookup in HiGHS)
+        h.setOptionValue("simplex_strategy", strategy)
+        _local.strategy = strategy
     n_cols = len(col_upper)
     col_lower, row_lower, integrality = _bounds(n_cols, n_x, n_rows)
     colwise, maximize = _enums()
@@ -185,7 +194,7 @@ def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, valu
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     # getObjectiveValue: the same number as getInfo's, without copying the whole info record
-    return np.asarray(h.getSolution().col_value), h.getObjectiveValue()
+    return (np.asarray(h.getSolution().col_value) if columns else None), h.getObjectiveValue()
 
 
 @lru_cache(maxsize=256)
@@ -235,7 +244,8 @@ def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
     col_upper = np.empty(nk + 1)
     col_upper[:nk] = feasible.ravel()
     col_upper[nk] = highspy.kHighsInf
-    found = _solve(nk, 2 * n + k, cost, col_upper, row_upper, start, index, value, _strategy(entries[:, :, 0]))
+    found = _solve(nk, 2 * n + k, cost, col_upper, row_upper, start, index, value, _strategy(entries[:, :, 0]),
+                   columns=second is None)
     if found is None:
         return None
     columns, objective = found
