@@ -132,3 +132,37 @@ def test_a_pair_of_two_gpu_jobs_shares_two_gpus_stops_together_and_one_alone_get
     finally:
         c.run(["scancel", "--user", "root"], check=False)
         store.close()
+
+
+def test_a_survivors_half_holds_back_a_two_gpu_pair_first_fit_would_split(pair_cluster, tmp_path, caplog):
+    """With one half of a pair left on GPUs 0,1 (its partner gone), a new pair's first half
+    would take 0,1 beside it and the other 2,3 (measured: test_multi_gpu_shards); the backend
+    does not release it, and says why once."""
+    c = pair_cluster
+    c.run(["scancel", "--user", "root"], check=False)
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    (tmp_path / "progress").mkdir()
+    a, b, d, e = (submit(c, tmp_path, "convnet", 2, 10 ** 6) for _ in range(4))
+    backend = _backend(c, SqliteStore(tmp_path / "state.db"))
+    try:
+        node = next(s.name for s in backend.observe().servers if s.worker_type == "v100")
+        first = Assignment((a, b), "v100", ((node, 2),))
+        backend.execute(RoundPlan(0, (first,), (), (first,), ()), time.time() + 600)
+        _runs(c, tmp_path, [a, b])
+        c.run(["scancel", b])
+        deadline = time.time() + 30
+        while b in queue(c):
+            assert time.time() < deadline, queue(c)
+            time.sleep(0.5)
+        backend.observe()
+        second = Assignment((d, e), "v100", ((node, 2),))
+        with caplog.at_level("WARNING", logger="slurm_gavel"):
+            backend.execute(RoundPlan(1, (second,), (), (second,), ()), time.time() + 600)
+            for _ in range(4):
+                time.sleep(0.5)
+                backend.observe()
+        assert {queue(c).get(j) for j in (d, e)} == {"PENDING"}, queue(c)
+        said = [r.getMessage() for r in caplog.records if "not started (space sharing)" in r.getMessage()]
+        assert len(said) == 1 and f"part of its shards in use (job {a})" in said[0], said
+    finally:
+        c.run(["scancel", "--user", "root"], check=False)
