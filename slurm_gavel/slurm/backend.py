@@ -42,6 +42,9 @@ planned again at once (`replan`: the daemon starts a new round), with the reason
   release, the node's next pair once Slurm lists the previous one on its GPU (in
   the same call); they are reported as the pair's row and usage, and stop
   together.  Each poll checks which jobs Slurm gave each GPU (gres_detail IDX).
+  On 23.11+, when the admin opts in (`max_pair_gpus`, multi_pairs.py), a pair of two
+  N-GPU jobs: each becomes N tasks of S/2 shards (`TresPerNode= TresPerTask=gres/shard:S/2
+  NumTasks=N`), both on the same N GPUs; alone again, its remembered request comes back.
   The pair rows' own part lives in sharing.py (`SpaceSharing`, mixed in here).
 
 A released job that Slurm has not started `start_timeout` seconds later
@@ -82,7 +85,8 @@ from ..core.errors import GavelError, InputError
 from .flags import admin_flags, admin_status, from_admin_comment, with_status
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, parse_records, summary
-from .pair_room import NodeRoom, first_fit, gpu_room, pair_gpu, take
+from .multi_pairs import Requests
+from .pair_room import NodeRoom, first_fit, gpu_room, pair_gpus, take
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
@@ -185,7 +189,7 @@ class SlurmBackend(SpaceSharing):
                  start_timeout: float = START_TIMEOUT_SECONDS,
                  active_jobs=(), accounting: bool | None = None,
                  lost_settle_seconds: float = LOST_SETTLE_SECONDS,
-                 min_run_seconds: float = 0.0):
+                 min_run_seconds: float = 0.0, requests: Requests | None = None):
         self.cli, self.clock = cli, clock
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
@@ -239,6 +243,9 @@ class SlurmBackend(SpaceSharing):
         self._pair_warned: set[str] = set()            # one warning per reason, not per round
         self._pair_alarms: set[tuple] = set()          # pairs found split or shared: logged once
         self._shards_of: tuple | None = None           # (the nodes read, node -> shards per GPU)
+        # job -> what it asked before a multi-GPU pair switched it to per-task shards
+        # (multi_pairs.py; the daemon's are in its database), given back when it runs alone
+        self.requests = requests if requests is not None else Requests()
         # job -> {(worker type, nodes): refusal}: shapes Slurm refused, avoided for a backoff
         self._bad_shapes: dict[str, dict[tuple[str, tuple[str, ...]], _RefusedShape]] = {}
         self._notes: dict[str, str] = {}               # job -> why it is planned elsewhere (gqueue)
@@ -350,6 +357,7 @@ class SlurmBackend(SpaceSharing):
             self._running.pop(job_id, None)
             self._preempted.pop(job_id, None)
             self._deferred.pop(job_id, None)
+            self._forget_request(job_id)
             self.on_event(state, job_id, detail)
         self._unreconciled = waiting
         self._jobs = gavel
@@ -1032,15 +1040,15 @@ class SlurmBackend(SpaceSharing):
                     room.free[gpu] -= want
                     joined[members[0]] = want
                 else:
-                    halves = (self._shards_wanted(a.jobs[0], a), self._shards_wanted(a.jobs[1], a))
-                    gpu, why = pair_gpu(room, halves) if room is not None else (None, "no shards listed")
-                    if gpu is None:
+                    halves = self._halves(a)
+                    gpus, why = pair_gpus(room, halves, a.gpus) if room is not None else (None, "no shards listed")
+                    if gpus is None:
                         if "part of its shards" in why:   # a survivor of a pair in the way: said once
                             self._warn_pair(None, a, f"node {node}: {why}; it waits")
                         else:
                             log.debug("pair %s waits on %s: %s", "+".join(a.jobs), node, why)
                         continue
-                    take(room, gpu, halves, a.jobs)
+                    take(room, gpus, halves, a.jobs)
                 pairing.add(node)
             for m in members:
                 del self._deferred[m]
@@ -1056,6 +1064,7 @@ class SlurmBackend(SpaceSharing):
             for job in jobs:
                 a = self._planned[job]
                 j = self._jobs.get(job)
+                extra: dict[str, str] = {}
                 if j is not None and j.reshapeable:
                     # its own total over the planned nodes: an --exclusive job was planned
                     # as their whole GPUs (_held_gpus), but Slurm checks the total
@@ -1065,16 +1074,19 @@ class SlurmBackend(SpaceSharing):
                     action = (lambda job=job, p=partition, n=a.nodes, per=per, tasks=tasks, x=self._unheld(j):
                               self.cli.reshape(job, p, n, per, tasks, **x))
                 else:
-                    what = f"start on {partition} {nodes}"
-                    extra = dict(self._unheld(j))
-                    shards = joined.get(job) or self._shards_wanted(job, a)
-                    if shards and j is not None and j.shards != shards:
-                        extra["Gres"] = f"shard:{shards}"
-                        what += f" ({shards} shards of one GPU{', paired' if len(a.jobs) > 1 else ''})"
+                    try:
+                        share, said = self._share_fields(job, a, joined.get(job, 0))
+                    except GavelError as e:   # its request could not be remembered: not paired
+                        log.error("job %s not started in pair %s: %s", job, "+".join(a.jobs), e)
+                        continue
+                    what = f"start on {partition} {nodes}{said}"
+                    extra = {**self._unheld(j), **share}
                     action = (lambda job=job, p=partition, n=nodes, x=extra:
                               self.cli.update([job], Partition=p, NodeList=n, StartTime="now", **x))
                 if self._act(what, [job], action, why=self._why_start()):
                     ready.append(job)
+                    if not self.dry_run and "TresPerTask" in extra and "Gres" in extra:
+                        self._forget_request(job)          # its own request is back
                 elif any(r in (self.refusal or "").lower() for r in PARTITION_REFUSALS):
                     # every type of that partition (a mixed one holds several)
                     why = self.refusal.strip().splitlines()[-1]

@@ -27,6 +27,8 @@ _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
 # Gres=gpu:4 (untyped, a count per node) or Gres=shard:2 (space sharing: a pair's half GPU)
 _GRES = re.compile(r"^(gpu|shard):[0-9]+$")
+_TRES_PER_TASK = re.compile(r"^(gres/shard:[0-9]+)?$")      # TresPerTask=gres/shard:2, or empty
+_EMPTY = re.compile(r"^$")
 _TIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._+\-]*$")  # sacct's times: now-30days, 2026-12-01T08:00
 _ADMIN_COMMENT = re.compile(r"^gavel:[ -~]{0,1000}$")   # flags, then the daemon's status
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
@@ -214,6 +216,14 @@ class SlurmCLI:
                 # one argument, so it can never become a second key=value
                 if not _ADMIN_COMMENT.match(str(value)):
                     raise InputError("scontrol update", f"not a gavel AdminComment: {value!r}")
+                pairs.append(f"{key}={value}")
+                continue
+            if key.lower() in ("trespernode", "trespertask"):
+                # a multi-GPU pair's half (multi_pairs.py): the per-node request emptied, a
+                # per-task shard count set or emptied; nothing else
+                allowed = _TRES_PER_TASK if key.lower() == "trespertask" else _EMPTY
+                if not allowed.match(str(value)):
+                    raise InputError("scontrol update", f"{key} must be {allowed.pattern!r}, not {value!r}")
                 pairs.append(f"{key}={value}")
                 continue
             if key.lower() == "gres":

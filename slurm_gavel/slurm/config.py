@@ -30,6 +30,7 @@ SYSLOG_FACILITIES = ("daemon", "user", *(f"local{i}" for i in range(8)))
 ESTIMATOR_KEYS = ("ceiling", "max_steps_per_second", "shared_min_users", "agreement", "trusted_users")
 ENTITY_WEIGHT_SOURCES = ("config", "fairshare")
 MAX_ENTITY_WEIGHT = 1_000_000
+MAX_PAIR_GPUS = 64                   # GPUs of one node, at most (a pair shares one node's GPUs)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class Config:
     policy: str = "max_min_fairness"
     agnostic: bool = False
     space_sharing: bool = False
+    # the largest jobs paired (GPUs each): 1, or up to this on Slurm 23.11+ whose
+    # SelectTypeParameters has MULTIPLE_SHARING_GRES_PJ,ONE_TASK_PER_SHARING_GRES
+    # (slurm/multi_pairs.py, docs/space-sharing.md "Multi-GPU pairs"); else 1, said at start
+    max_pair_gpus: int = 1
     round_seconds: float = 360.0
     # the mechanism's churn (core/mechanism.py Churn): a running job competes for its GPUs as
     # if it had received hysteresis_rounds less, moves to another type of its own accord only
@@ -118,6 +123,9 @@ class Config:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
                 bad(key, f"must be a number >= 0, got {v!r}")
+        if not (isinstance(self.max_pair_gpus, int) and not isinstance(self.max_pair_gpus, bool)
+                and 1 <= self.max_pair_gpus <= MAX_PAIR_GPUS):
+            bad("max_pair_gpus", f"must be an integer 1-{MAX_PAIR_GPUS}, got {self.max_pair_gpus!r}")
         if self.tick_seconds > self.round_seconds:
             bad("tick_seconds", f"must not exceed round_seconds ({self.round_seconds})")
         if self.preemption_signal not in SIGNALS:

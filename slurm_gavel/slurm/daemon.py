@@ -54,6 +54,7 @@ from .decisions import decide
 from .fairshare import FairshareWeights
 from .doctor import exit_codes
 from .lock import DatabaseLock, LockError, LockUnavailable
+from .multi_pairs import StoredRequests
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
@@ -127,7 +128,9 @@ class Daemon:
                                     on_event=self._event, credited_until=self.store.last_observed(),
                                     progress_dir=config.progress_dir,
                                     # reconciled with Slurm on the first poll (a restart)
-                                    active_jobs=[j["id"] for j in self.store.jobs()])
+                                    active_jobs=[j["id"] for j in self.store.jobs()],
+                                    # multi-GPU pairs' replaced requests (multi_pairs.py)
+                                    requests=StoredRequests(self.store))
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,
             # progress arrives every tick; one sample (and one exploration round) per round
@@ -187,6 +190,9 @@ class Daemon:
         """With space_sharing on, say once what keeps pairs from running safely here (no
         gres/shard; Slurm before 23.11): docs/space-sharing.md."""
         if not config.space_sharing:
+            if config.max_pair_gpus > 1:
+                log.warning("space sharing: off, so max_pair_gpus = %d has no effect (space_sharing "
+                            "= true pairs jobs)", config.max_pair_gpus)
             return
         try:
             version = self.cli.version()
@@ -196,8 +202,24 @@ class Daemon:
         problems = self.backend.space_sharing_problems(version)
         for problem in problems:
             log.warning("space sharing: %s", problem)
-        if not problems:
+        if config.max_pair_gpus > 1:
+            self._allow_pair_gpus(config.max_pair_gpus, version)
+        elif not problems:
             log.info("space sharing: on (pairs of one-GPU jobs share a GPU's shards)")
+
+    def _allow_pair_gpus(self, wanted: int, version) -> None:
+        """max_pair_gpus > 1: the backend runs such pairs only on a Slurm that can (23.11+, both
+        SelectTypeParameters flags); one line says which, and why."""
+        try:
+            conf = self.cli.config()
+        except GavelError as e:
+            conf = {}
+            log.warning("space sharing: cannot read Slurm's configuration: %s", e)
+        why = self.backend.allow_pair_gpus(wanted, version, conf)
+        if self.backend.max_pair_gpus > 1:
+            log.info("space sharing: on, %s", why)
+        else:
+            log.warning("space sharing: %s", why)
 
     @staticmethod
     def _table(config):

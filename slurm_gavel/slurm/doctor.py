@@ -133,8 +133,30 @@ def check_slurm_conf(conf: dict[str, str], requeue_exit_code: int) -> list[dict]
     return out
 
 
-def check_sharing_select(conf: dict[str, str], space_sharing: bool) -> list[dict]:
-    """SelectTypeParameters flags that break the daemon's pairs (first fit on one GPU)."""
+def check_pair_gpus(conf: dict[str, str], space_sharing: bool, wanted: int) -> list[dict]:
+    """What max_pair_gpus > 1 gives on this Slurm (multi_pairs.allowed_pair_gpus, as the
+    daemon decides at start): pairs of multi-GPU jobs, or one-GPU pairs only and why."""
+    from .multi_pairs import allowed_pair_gpus
+    if wanted <= 1:
+        return []
+    if not space_sharing:
+        return [finding("warning", "space_sharing", f"max_pair_gpus = {wanted} has no effect: "
+                        "space_sharing is off", "space_sharing = true, or drop max_pair_gpus")]
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", conf.get("SLURM_VERSION", ""))
+    version = tuple(int(p) for p in match.groups() if p is not None) if match else ()
+    got, why = allowed_pair_gpus(wanted, version, conf)
+    if got > 1:
+        return [finding("info", "space_sharing", f"max_pair_gpus = {wanted}: {why}; a paired job runs "
+                        f"as one task per GPU (SLURM_NTASKS = its GPUs): docs/space-sharing.md")]
+    return [finding("warning", "space_sharing", f"max_pair_gpus = {wanted} is not used: {why}",
+                    "Slurm 23.11+ and SelectTypeParameters=...,MULTIPLE_SHARING_GRES_PJ,"
+                    "ONE_TASK_PER_SHARING_GRES (restart slurmctld), or max_pair_gpus = 1")]
+
+
+def check_sharing_select(conf: dict[str, str], space_sharing: bool, max_pair_gpus: int = 1) -> list[dict]:
+    """SelectTypeParameters flags that break the daemon's pairs (first fit on one GPU).
+    MULTIPLE_SHARING_GRES_PJ is what multi-GPU pairs need (`max_pair_gpus` > 1): then said
+    as a risk the per-poll check watches, not as a mistake."""
     if not space_sharing:
         return []
     flags = {f.upper() for f in _listed(conf.get("SelectTypeParameters", ""))}
@@ -144,7 +166,12 @@ def check_sharing_select(conf: dict[str, str], space_sharing: bool) -> list[dict
                            "half of a pair goes to the least loaded GPU, so the two halves land on "
                            "different GPUs (the daemon logs each split pair)",
                            "remove LL_SHARED_GRES from SelectTypeParameters, or space_sharing = false"))
-    if "MULTIPLE_SHARING_GRES_PJ" in flags:
+    if "MULTIPLE_SHARING_GRES_PJ" in flags and max_pair_gpus > 1:
+        out.append(finding("info", "space_sharing", "SelectTypeParameters has MULTIPLE_SHARING_GRES_PJ "
+                           "(multi-GPU pairs need it): a one-GPU gavel job that finds no GPU with all "
+                           "its shards free may run on two half-used GPUs; the daemon logs any job "
+                           "on a GPU the plan did not give it"))
+    elif "MULTIPLE_SHARING_GRES_PJ" in flags:
         out.append(finding("warning", "space_sharing", "SelectTypeParameters has MULTIPLE_SHARING_GRES_PJ: "
                            "a one-GPU gavel job (a GPU's shards) may run on two half-used GPUs, beside "
                            "two other jobs; slurm-gavel pairs one-GPU jobs only and does not use it",
@@ -385,7 +412,10 @@ def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
     if conf is not None:
         out += check_munge(conf, cli)
         out += check_slurm_conf(conf, config.requeue_exit_code)
-        out += check_sharing_select(conf, bool(getattr(config, "space_sharing", False)))
+        sharing = bool(getattr(config, "space_sharing", False))
+        wanted = int(getattr(config, "max_pair_gpus", 1) or 1)
+        out += check_sharing_select(conf, sharing, wanted)
+        out += check_pair_gpus(conf, sharing, wanted)
         out += check_plugin_file(conf, shipped_file("job_submit.lua"))
         out += check_user(conf)
     else:

@@ -12,7 +12,9 @@ test_pair_placement.py), and (c) no GPU before that one is about to free room (a
 leaving it: preempted, completing, or listed without its GPU).  Two pairs released
 together on one node can cross (A with C, B with D), so a node takes one pair at a time.
 `pair_gpu` says which GPU a pair would get, or why it must wait; `first_fit`, the GPU of
-one job (a new partner joining a survivor's free half); the backend calls them.
+one job (a new partner joining a survivor's free half); `pair_gpus` and `first_fit_gpus`
+the same for the halves of a multi-GPU pair (a task per GPU, on 23.11+ with
+ONE_TASK_PER_SHARING_GRES: multi_pairs.py); the backend calls them.
 """
 from __future__ import annotations
 
@@ -74,17 +76,60 @@ def first_fit(r: NodeRoom, shards: int) -> tuple[int | None, str]:
     return None, "no GPU has room for both halves yet"
 
 
-def pair_gpu(r: NodeRoom, halves: tuple[int, int]) -> tuple[int | None, str]:
-    """The GPU (index) both halves get if released now, or (None, why the pair waits)."""
-    i, why = first_fit(r, min(halves))
-    if i is None or r.free[i] >= sum(halves):
-        return i, why
+def first_fit_gpus(r: NodeRoom, shards: int, count: int) -> tuple[tuple[int, ...] | None, str]:
+    """The GPUs (indices) a job of `count` tasks of `shards` each gets if released now, one
+    task per GPU (ONE_TASK_PER_SHARING_GRES: the first `count` GPUs with room, in order), or
+    (None, why not for certain).  `count` = 1 is `first_fit`."""
+    if r.unseen:
+        return None, (f"job {','.join(sorted(r.unseen))} holds GPUs or shards Slurm does not "
+                      "list yet")
+    got: list[int] = []
+    for i, free in enumerate(r.free):
+        if free >= shards:
+            got.append(i)
+            if len(got) == count:
+                return tuple(got), ""
+        elif i in r.leaving:
+            return None, (f"job {','.join(sorted(r.users.get(i, [])))} is leaving GPU {i}: its "
+                          "shards would take a half")
+    return None, ("no GPU has room for both halves yet" if count == 1 else
+                  f"no {count} GPUs have room for both halves yet")
+
+
+def first_fit(r: NodeRoom, shards: int) -> tuple[int | None, str]:
+    """The GPU (index) a job of `shards` gets if released now, or (None, why not for certain)."""
+    got, why = first_fit_gpus(r, shards, 1)
+    return (got[0] if got else None), why
+
+
+def pair_gpus(r: NodeRoom, halves: tuple[int, int], count: int = 1) -> tuple[tuple[int, ...] | None, str]:
+    """The GPUs both halves get if released now (each half `count` tasks, one per GPU, of its
+    shards; `count` = 1: a one-GPU pair), or (None, why the pair waits).  Both land on the
+    same GPUs only when the first `count` GPUs with room for the smaller half each have room
+    for both: whichever half Slurm places first takes those, and the other finds them again
+    (a GPU skipped has less than the smaller half free)."""
+    got, why = first_fit_gpus(r, min(halves), count)
+    if got is None:
+        return None, why
+    short = [i for i in got if r.free[i] < sum(halves)]
+    if not short:
+        return got, ""
+    i = short[0]
     return None, (f"GPU {i} has part of its shards in use (job "
                   f"{','.join(sorted(r.users.get(i, [])))}): first fit would put one half "
                   "there and the other on another GPU")
 
 
-def take(r: NodeRoom, gpu: int, halves: tuple[int, int], jobs: tuple[str, ...]) -> None:
-    """What a released pair takes of `r` (so that the next decision sees it)."""
-    r.free[gpu] -= sum(halves)
-    r.users.setdefault(gpu, []).extend(jobs)
+def pair_gpu(r: NodeRoom, halves: tuple[int, int]) -> tuple[int | None, str]:
+    """The GPU (index) both halves of a one-GPU pair get if released now, or (None, why the
+    pair waits)."""
+    got, why = pair_gpus(r, halves, 1)
+    return (got[0] if got else None), why
+
+
+def take(r: NodeRoom, gpu: int | tuple[int, ...], halves: tuple[int, int], jobs: tuple[str, ...]) -> None:
+    """What a released pair takes of `r` (so that the next decision sees it): both halves on
+    `gpu` (or on each of several GPUs, a multi-GPU pair)."""
+    for i in (gpu,) if isinstance(gpu, int) else gpu:
+        r.free[i] -= sum(halves)
+        r.users.setdefault(i, []).extend(jobs)

@@ -263,6 +263,10 @@ class SlurmJob:
     gpu_shards: tuple[tuple[tuple[int, int | None], ...], ...] = ()
     # --ntasks-per-gpu (squeue's tasks_per_tres; 24.11 lists it, 22.05's JSON does not: 0)
     tasks_per_gpu: int = 0
+    # its task count (squeue's tasks; 0 unknown) and the shards it asks per task
+    # (--tres-per-task=gres/shard:K, a multi-GPU pair's half: slurm/multi_pairs.py; 0 none)
+    tasks: int = 0
+    task_shards: int = 0
 
     def tasks_per_node(self, gpus_per_node: int) -> int | None:
         """Tasks on each node when run with `gpus_per_node` GPUs there (--ntasks-per-gpu);
@@ -495,7 +499,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
             gpus_on_nodes=on_nodes, shards=shards,
             gpu_indices=tuple(d.indices for d in detail), gpu_shards=tuple(d.use for d in detail),
-            tasks_per_gpu=_count(j.get("tasks_per_tres")))
+            tasks_per_gpu=_count(j.get("tasks_per_tres")), tasks=_count(j.get("tasks")),
+            task_shards=task_shards)
         jobs.extend(_array_tasks(job, j))
     return jobs
 

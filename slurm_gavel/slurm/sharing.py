@@ -1,6 +1,7 @@
 """Space sharing on Slurm (docs/space-sharing.md): the pair rows' part of `SlurmBackend`.
 
-A pair row is two one-GPU gavel jobs on one GPU of one node.  Both ask gres/shard
+A pair row is two one-GPU gavel jobs on one GPU of one node (or, on 23.11+ when the admin
+enables it, two N-GPU jobs on the same N GPUs: multi_pairs.py).  Both ask gres/shard
 (job_submit.lua stores a one-GPU job as a whole GPU's shards); for a pair each gets
 half of them in its start's `scontrol update`, and Slurm puts both halves on one
 GPU (first fit).  This mixin owns what that needs beyond a plain start: which
@@ -15,6 +16,8 @@ import logging
 
 from ..core.backend import Usage
 from ..core.mechanism import Assignment
+from ..core.errors import GavelError
+from .multi_pairs import Request, allowed_pair_gpus, pair_fields, restore_fields, version_text
 from .records import index_list
 
 log = logging.getLogger("slurm_gavel.slurm")
@@ -29,10 +32,17 @@ def _id_order(job_id: str) -> tuple[int, int]:
 class SpaceSharing:
     """The pair rows of a `SlurmBackend` (which sets every attribute used here)."""
 
-    # The pair rows this backend can run (core/backend.py): jobs of one GPU each, since
-    # Slurm puts a job's shards on one GPU per node; the engine offers the policy no
-    # other pair row, and `_pair_problem` refuses one all the same.
+    # The pair rows this backend can run (core/backend.py): jobs of one GPU each, since a
+    # per-node shard count sits on one GPU; the engine offers the policy no other pair row,
+    # and `_pair_problem` refuses one all the same.  `allow_pair_gpus` raises it on a Slurm
+    # that runs multi-GPU pairs (multi_pairs.py), when the admin asks.
     max_pair_gpus = 1
+
+    def allow_pair_gpus(self, wanted: int, version: tuple[int, ...], conf) -> str:
+        """Set `max_pair_gpus` to `wanted` if this Slurm can run such pairs (23.11+, both
+        SelectTypeParameters flags: multi_pairs.allowed_pair_gpus), else 1; says why."""
+        self.max_pair_gpus, why = allowed_pair_gpus(int(wanted), tuple(version), conf)
+        return why
 
     def shards_per_gpu(self, node: str) -> int:
         """gres/shard per GPU of `node` (slurm.conf Gres=gpu:4,shard:16 -> 4); 0: none."""
@@ -49,27 +59,84 @@ class SpaceSharing:
         """The shards a shard job asks for this start: its GPU's all (alone), or half of
         them (in a pair; the first job of the row takes the odd one); 0: not a shard job."""
         j = self._jobs.get(job)
-        if j is None or not j.shards or len(a.servers) != 1:
-            return 0
+        if j is None or not j.shards or j.task_shards or len(a.servers) != 1 or len(a.jobs) > 1 and a.gpus > 1:
+            return 0                          # (per-task shards: `_share_fields`)
         per = self.shards_per_gpu(a.servers[0][0])
         if len(a.jobs) == 1:
             return per
         return per - per // 2 if a.jobs.index(job) == 0 else per // 2
 
+    def _halves(self, a: Assignment) -> tuple[int, int]:
+        """The shards each job of a pair row takes of each of its GPUs (the first the odd one)."""
+        per = self.shards_per_gpu(a.servers[0][0])
+        return per - per // 2, per // 2
+
     def _pair_problem(self, a: Assignment) -> str:
         """Why Slurm cannot run this pair row as planned, in words; '' if it can."""
-        if len(a.jobs) != 2 or len(a.servers) != 1 or a.gpus != 1:
-            return ("only pairs of one-GPU jobs on one node share a GPU here (Slurm puts a "
-                    "job's shards on one GPU)")
+        if len(a.jobs) != 2 or len(a.servers) != 1 or not 1 <= a.gpus <= self.max_pair_gpus:
+            if self.max_pair_gpus <= 1:
+                return ("only pairs of one-GPU jobs on one node share a GPU here (Slurm puts a "
+                        "job's shards on one GPU)")
+            return (f"only pairs of jobs of up to {self.max_pair_gpus} GPUs on one node share "
+                    "GPUs here (max_pair_gpus)")
         node = a.servers[0][0]
         if self.shards_per_gpu(node) < 2:
             return (f"node {node} has no gres/shard (slurm.conf Gres=gpu:N,shard:M and gres.conf "
                     "Name=shard lines, docs/space-sharing.md)")
+        if a.gpus > 1:
+            bad = [job for job in a.jobs if not self._multi_ok(job, a.gpus)]
+            if bad:
+                return (f"job {','.join(bad)} does not ask {a.gpus} GPUs of one node per node "
+                        f"(--gres=gpu:{a.gpus}): only such a request is switched to shards per task")
+            return ""
         whole = [job for job in a.jobs if job not in self._jobs or not self._jobs[job].shards]
         if whole:
             return (f"job {','.join(whole)} asks a whole GPU, not shards (set GAVEL_SHARDS_PER_GPU "
                     "in job_submit.lua; jobs submitted before keep their request)")
         return ""
+
+    def _multi_ok(self, job: str, gpus: int) -> bool:
+        """`job` can be half of a pair of `gpus`-GPU jobs: it asks `gpus` GPUs per node on one
+        node (not a distributed --gpus=N job, which reshaping changes; no --ntasks-per-gpu),
+        or it is such a job the daemon already switched to per-task shards (its request kept)."""
+        j = self._jobs.get(job)
+        if j is None or j.gpus_per_job or j.tasks_per_gpu or j.node_count != 1:
+            return False
+        if j.task_shards:
+            return j.tasks == gpus and self.requests.get(job) is not None
+        return j.gpus == gpus and not j.shards
+
+    def _share_fields(self, job: str, a: Assignment, joined: int = 0) -> tuple[dict[str, str], str]:
+        """What a start's `scontrol update` adds for space sharing, and its words for the log:
+        a one-GPU pair's half (`Gres=shard:K`; `joined`: the shards a survivor's new partner
+        takes), a multi-GPU pair's half (per-task shards, multi_pairs.pair_fields; the job's
+        request is remembered first, and a failed write raises: the pair is not started), or a
+        job paired before started alone (its request given back: restore_fields)."""
+        j = self._jobs.get(job)
+        if j is None:
+            return {}, ""
+        if len(a.jobs) > 1 and a.gpus > 1:
+            if not j.task_shards and self.requests.get(job) is None and not self.dry_run:
+                self.requests.put(job, Request(j.gpus, j.tasks or 1))
+            k = self._halves(a)[a.jobs.index(job)]
+            return pair_fields(k, a.gpus), f" ({k} shards of each of {a.gpus} GPUs, paired)"
+        before = self.requests.get(job)
+        if before is not None and j.task_shards:
+            return restore_fields(before), f" (its own request again: {before.gpus} GPUs, {before.tasks} tasks)"
+        if before is not None:
+            self._forget_request(job)         # its pair's update never happened
+        shards = joined or self._shards_wanted(job, a)
+        if shards and j.shards != shards:
+            return {"Gres": f"shard:{shards}"}, (f" ({shards} shards of one GPU"
+                                                 f"{', paired' if len(a.jobs) > 1 else ''})")
+        return {}, ""
+
+    def _forget_request(self, job: str) -> None:
+        """A paired job's old request is no longer needed (given back, or the job left)."""
+        try:
+            self.requests.forget(job)
+        except GavelError as e:               # kept: forgotten at the next chance
+            log.warning("job %s: cannot forget its request before its pair: %s", job, e)
 
     def _warn_pair(self, round_number: int | None, a: Assignment, why: str) -> None:
         """A pair that cannot start is said once per reason (then at debug level)."""
@@ -87,18 +154,22 @@ class SpaceSharing:
     def _adopt_pairs(self) -> None:
         """Two running gavel jobs holding half of one GPU's shards each are a pair (one a
         previous run of the daemon started): reported as its row, stopped together."""
-        halves: dict[tuple[str, str], list[str]] = {}
+        halves: dict[tuple[str, tuple[int, ...]], list[str]] = {}
         for job, j in self._jobs.items():
             if (job in self._running and job not in self._pairs and j.shards and len(j.nodes) == 1
-                    and len(j.gpu_indices) == 1 and j.shards < self.shards_per_gpu(j.nodes[0])):
-                halves.setdefault((j.nodes[0], j.gpu_indices[0]), []).append(job)
-        for (node, idx), jobs in sorted(halves.items()):
+                    and len(j.gpu_shards) == 1 and j.gpu_shards[0]):
+                # half of each GPU it is on (a multi-GPU pair's half: a task on each)
+                use, per = j.gpu_shards[0], self.shards_per_gpu(j.nodes[0])
+                if all(n is not None and 0 < n < per for _, n in use):
+                    halves.setdefault((j.nodes[0], tuple(i for i, _ in use)), []).append(job)
+        for (node, gpus), jobs in sorted(halves.items()):
             if len(jobs) == 2:
                 a = Assignment(tuple(sorted(jobs, key=_id_order)), self._running[jobs[0]].worker_type,
-                               ((node, 1),))
+                               ((node, len(gpus)),))
                 for m in jobs:
                     self._pairs[m] = a
-                log.info("jobs %s share GPU %s:%s: running as a pair", "+".join(a.jobs), node, idx)
+                log.info("jobs %s share GPU %s:%s: running as a pair", "+".join(a.jobs), node,
+                         ",".join(map(str, gpus)))
 
     def _check_pairs(self) -> None:
         """Every running gavel job's GPU (node, IDX from gres_detail) is held by its row only:
@@ -141,9 +212,7 @@ class SpaceSharing:
             problems.append("no GPU node has gres/shard: pairs are not started (slurm.conf "
                             "Gres=gpu:N,shard:M, gres.conf Name=shard; docs/space-sharing.md)")
         if tuple(version[:2]) < (23, 11):
-            shown = ".".join([str(version[0]), *(f"{v:02d}" for v in version[1:2]),
-                              *map(str, version[2:])])                     # 22.05.8
-            problems.append(f"Slurm {shown} may give a whole-GPU job a GPU "
+            problems.append(f"Slurm {version_text(version)} may give a whole-GPU job a GPU "
                             "already used by shards (fixed in 23.11): the daemon checks every poll "
                             "which jobs hold each GPU and logs any third job on a pair's GPU")
         return problems
@@ -160,8 +229,10 @@ class SpaceSharing:
             seconds = left.pop(key)
             if partner is not None:
                 other = left.pop((partner, wt, nodes, job), 0.0)
+                # (its row gone: as many GPUs as the job holds, two of a two-GPU pair's half)
                 pair = self._pairs.get(job) or Assignment(
-                    tuple(sorted((job, partner), key=_id_order)), wt, tuple((n, 1) for n in nodes))
+                    tuple(sorted((job, partner), key=_id_order)), wt,
+                    tuple((n, max(1, c)) for n, c in self._alone(job, wt, nodes).servers))
                 together = min(seconds, other)
                 if together > 0:
                     out.append(Usage(pair, together))

@@ -178,7 +178,14 @@ def _v7(db: sqlite_utils.Database):
     db["status"].add_column("nodes", str)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(db: sqlite_utils.Database):
+    """What a gavel job asked before the daemon made it half of a multi-GPU pair (GPUs per
+    node, tasks; slurm/multi_pairs.py): given back when it next starts alone, also after a
+    restart."""
+    db["paired_requests"].create({"job": str, "gpus": int, "tasks": int}, pk="job")
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 
 
 def _finite(v):
@@ -435,6 +442,20 @@ class SqliteStore:
                                       "job": departure.id,
                                       "detail": getattr(departure, "detail", "") or None})
             self.db.execute("delete from status where job = ?", [departure.id])
+
+    def remember_request(self, job: str, gpus: int, tasks: int) -> None:
+        """A paired job's request before its pair (multi_pairs.StoredRequests)."""
+        with self._tx():
+            self.db["paired_requests"].upsert({"job": job, "gpus": int(gpus), "tasks": int(tasks)}, pk="job")
+
+    def forget_request(self, job: str) -> None:
+        with self._tx():
+            self.db.execute("delete from paired_requests where job = ?", [job])
+
+    def paired_requests(self) -> dict[str, tuple[int, int]]:
+        """job -> (GPUs per node, tasks) it asked before its multi-GPU pair."""
+        return {r[0]: (int(r[1]), int(r[2])) for r in
+                self.db.execute("select job, gpus, tasks from paired_requests").fetchall()}
 
     def engine_state(self, state: EngineState) -> None:
         """Keep the engine's working state (the last one only): a restart resumes from it."""
