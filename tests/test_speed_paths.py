@@ -184,10 +184,10 @@ def test_max_min_arrays_built_in_place_are_the_pattern_and_values_of_the_plain_b
     captured = {}
     real = direct._solve
 
-    def spy(n_x, n_rows, cost, col_upper, row_upper, start, index, value, *strategy):
+    def spy(n_x, n_rows, cost, col_upper, row_upper, start, index, value, *strategy, **options):
         captured.update(cost=cost.copy(), col_upper=col_upper.copy(), row_upper=row_upper.copy(),
                         start=start.copy(), index=index.copy(), value=value.copy())
-        return real(n_x, n_rows, cost, col_upper, row_upper, start, index, value, *strategy)
+        return real(n_x, n_rows, cost, col_upper, row_upper, start, index, value, *strategy, **options)
 
     direct._solve = spy
     try:

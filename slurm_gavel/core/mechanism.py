@@ -427,34 +427,29 @@ def fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone) -> N
     _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
 
 
-_last_rows: tuple = ((), {})
+# The last tuple of rows and of worker types indexed, with their {item: position}: the
+# allocation's, the same objects for many rounds (shared: callers only read them).
+_last_indexed: dict[str, tuple] = {"rows": ((), {}), "types": ((), {})}
 
 
-def row_index(rows: Sequence[Row]) -> dict[Row, int]:
-    """{row: its index}, kept for the last rows (the allocation's, the same object for many
-    rounds; shared: callers only read it)."""
-    global _last_rows
-    last, index = _last_rows
-    if last is not rows:
-        index = {row: r for r, row in enumerate(rows)}
-        if isinstance(rows, tuple):
-            _last_rows = (rows, index)
+def _indexed(items: Sequence, slot: str) -> dict:
+    """{item: its position}, kept in `slot` for the last tuple of items."""
+    last, index = _last_indexed[slot]
+    if last is not items:
+        index = {item: i for i, item in enumerate(items)}
+        if isinstance(items, tuple):
+            _last_indexed[slot] = (items, index)
     return index
 
 
-_last_type_columns: tuple = ((), {})
+def row_index(rows: Sequence[Row]) -> dict[Row, int]:
+    """{row: its index} (kept for the last rows)."""
+    return _indexed(rows, "rows")
 
 
 def type_columns(worker_types: Sequence[str]) -> dict[str, int]:
-    """{worker type: its column}, kept for the last tuple of types (the allocation's; shared:
-    callers only read it)."""
-    global _last_type_columns
-    last, column = _last_type_columns
-    if last is not worker_types:
-        column = {wt: j for j, wt in enumerate(worker_types)}
-        if isinstance(worker_types, tuple):
-            _last_type_columns = (worker_types, column)
-    return column
+    """{worker type: its column} (kept for the last tuple of types)."""
+    return _indexed(worker_types, "types")
 
 
 @dataclass(frozen=True)
