@@ -75,6 +75,12 @@ def name(value: str, what: str) -> str:
     return value
 
 
+def parse_version(text: str) -> tuple[int, ...]:
+    """'slurm 22.05.8' (sinfo --version, scontrol's SLURM_VERSION) -> (22, 5, 8); () if none."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(p) for p in match.groups() if p is not None) if match else ()
+
+
 @dataclass
 class SlurmCLI:
     """Runs Slurm's tools with `env` (e.g. SLURM_CONF) from `bin_dir` (default: PATH)."""
@@ -140,10 +146,10 @@ class SlurmCLI:
 
     def version(self) -> tuple[int, ...]:
         text = self.run(["sinfo", "--version"]).stdout.strip()      # "slurm 22.05.8"
-        match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-        if not match:
+        version = parse_version(text)
+        if not version:
             raise SlurmCommandError(["sinfo", "--version"], 0, f"cannot read a version from {text!r}")
-        return tuple(int(p) for p in match.groups() if p is not None)
+        return version
 
     def config(self) -> dict[str, str]:
         """`scontrol show config` as {key: value}."""

@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.errors import GavelError, InputError
+from .commands import parse_version as read_version
 
 DEFAULT_TYPES = {"v100": (2, 4), "p100": (2, 4), "k80": (2, 4)}
 DEFAULT_CTLD_PORT, DEFAULT_SLURMD_PORT = 16817, 17001
@@ -278,8 +279,8 @@ def _which(name: str) -> str | None:
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
     """(22, 5, 8) from 'slurm-wlm 22.05.8' (Debian) or 'slurm 24.11.5' (upstream)."""
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+    version = read_version(text)
+    return (*version, 0)[:3] if version else None
 
 
 def slurm_version(slurmd: str | None = None) -> tuple[int, int, int]:

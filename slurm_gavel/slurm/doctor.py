@@ -44,7 +44,7 @@ from typing import Iterable
 from .. import __version__
 from ..core.display import clean, printable
 from ..core.errors import GavelError
-from .commands import SlurmCLI
+from .commands import SlurmCLI, parse_version
 from .gputypes import discover, from_config
 from .records import parse_nodes
 
@@ -142,9 +142,7 @@ def check_pair_gpus(conf: dict[str, str], space_sharing: bool, wanted: int) -> l
     if not space_sharing:
         return [finding("warning", "space_sharing", f"max_pair_gpus = {wanted} has no effect: "
                         "space_sharing is off", "space_sharing = true, or drop max_pair_gpus")]
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", conf.get("SLURM_VERSION", ""))
-    version = tuple(int(p) for p in match.groups() if p is not None) if match else ()
-    got, why = allowed_pair_gpus(wanted, version, conf)
+    got, why = allowed_pair_gpus(wanted, parse_version(conf.get("SLURM_VERSION", "")), conf)
     if got > 1:
         return [finding("info", "space_sharing", f"max_pair_gpus = {wanted}: {why}; a paired job runs "
                         f"as one task per GPU (SLURM_NTASKS = its GPUs): docs/space-sharing.md")]

@@ -62,20 +62,6 @@ def gpu_room(jobs: Iterable[SlurmJob], gpus: dict[str, int], per_gpu: Callable[[
     return room
 
 
-def first_fit(r: NodeRoom, shards: int) -> tuple[int | None, str]:
-    """The GPU (index) a job of `shards` gets if released now, or (None, why not for certain)."""
-    if r.unseen:
-        return None, (f"job {','.join(sorted(r.unseen))} holds GPUs or shards Slurm does not "
-                      "list yet")
-    for i, free in enumerate(r.free):
-        if free >= shards:
-            return i, ""
-        if i in r.leaving:
-            return None, (f"job {','.join(sorted(r.users.get(i, [])))} is leaving GPU {i}: its "
-                          "shards would take a half")
-    return None, "no GPU has room for both halves yet"
-
-
 def first_fit_gpus(r: NodeRoom, shards: int, count: int) -> tuple[tuple[int, ...] | None, str]:
     """The GPUs (indices) a job of `count` tasks of `shards` each gets if released now, one
     task per GPU (ONE_TASK_PER_SHARING_GRES: the first `count` GPUs with room, in order), or
