@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Run a command inside a Debian 13 (trixie) root with Slurm 24.11, for the tests that need
+# Slurm 23.11+ (this host's Debian 12 packages are 22.05).  Root only.
+#
+#   bash tools/slurm-chroot.sh CMD...      # CMD runs in the repository, with .venv's python
+#
+# The root is built once with debootstrap (about a minute) and kept in $GAVEL_SLURM24_ROOT
+# (default /var/tmp/slurm-gavel-trixie); delete that folder to undo it.  Every mount is made
+# in a private mount namespace (unshare), so it disappears with the command: nothing is left
+# mounted and the host's /dev is never bound (the root gets its own tmpfs /dev with the few
+# device nodes Slurm, MUNGE and Python use).  The repository is bound at its own path and the
+# venv's base Python read-only at its own, so the host's .venv (torch included) runs inside.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHROOT="${GAVEL_SLURM24_ROOT:-/var/tmp/slurm-gavel-trixie}"
+SUITE="${GAVEL_SLURM24_SUITE:-trixie}"
+MIRROR="${GAVEL_SLURM24_MIRROR:-http://deb.debian.org/debian}"
+# Slurm and MUNGE; Lua for job_submit.lua; the shared libraries the venv's Python and its
+# compiled packages (numpy, scipy, HiGHS, torch) load.
+PACKAGES=slurmctld,slurmd,slurm-client,munge,lua5.1,libssl3t64,libsqlite3-0,libffi8,zlib1g,libbz2-1.0,liblzma5,libreadline8t64,libncursesw6,libuuid1,libnsl2,libtirpc3t64,libcrypt1,libexpat1,libstdc++6,libgomp1
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "slurm-chroot: needs root (debootstrap, chroot, mounts)" >&2
+    exit 2
+fi
+# A marker written after a whole build (the sbin links point into the root's /etc/alternatives).
+if [ ! -e "$CHROOT/.slurm-gavel-root" ]; then
+    if ! command -v debootstrap >/dev/null 2>&1; then
+        echo "slurm-chroot: installing debootstrap with apt-get" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    fi
+    echo "slurm-chroot: building a $SUITE root with Slurm in $CHROOT (debootstrap)" >&2
+    # Built beside its final place and renamed, so an interrupted build is never taken for one.
+    rm -rf "$CHROOT.partial"
+    mkdir -p "$(dirname "$CHROOT")"
+    debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$CHROOT.partial" "$MIRROR" \
+        > "$(dirname "$CHROOT")/slurm-gavel-debootstrap.log" 2>&1 \
+        || { echo "slurm-chroot: debootstrap failed; see $(dirname "$CHROOT")/slurm-gavel-debootstrap.log" >&2; exit 1; }
+    touch "$CHROOT.partial/.slurm-gavel-root"
+    rm -rf "$CHROOT"
+    mv "$CHROOT.partial" "$CHROOT"
+fi
+VENV_PY="$ROOT/.venv/bin/python"
+[ -x "$VENV_PY" ] || { echo "slurm-chroot: no $VENV_PY (run tools/setup-env.sh first)" >&2; exit 2; }
+BASE="$("$VENV_PY" -c 'import sys; print(sys.base_prefix)')"
+exec unshare --mount --propagation private -- bash -euo pipefail -c '
+R="$1"; ROOT="$2"; BASE="$3"; shift 3
+mount -t proc proc "$R/proc"
+mount -t tmpfs -o mode=755 tmpfs "$R/dev"
+for d in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
+    IFS=: read -r name major minor <<<"$d"
+    mknod -m 666 "$R/dev/$name" c "$major" "$minor"
+done
+mkdir -p "$R/dev/shm" "$R/dev/pts"
+mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm"
+mount -t tmpfs -o mode=755 tmpfs "$R/run"
+mkdir -p "$R$ROOT" "$R$BASE"
+mount --bind "$ROOT" "$R$ROOT"
+mount --bind "$BASE" "$R$BASE"
+mount -o remount,bind,ro "$R$BASE"
+# The host names, read-only: Slurm resolves its own hostname.
+for f in /etc/hosts /etc/hostname; do
+    [ -e "$f" ] || continue
+    touch "$R$f"
+    mount --bind "$f" "$R$f"
+    mount -o remount,bind,ro "$R$f"
+done
+exec chroot "$R" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+    PATH="$ROOT/.venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    /bin/bash -c "cd \"\$0\" && exec \"\$@\"" "$ROOT" "$@"
+' slurm-chroot "$CHROOT" "$ROOT" "$BASE" "$@"
