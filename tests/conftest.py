@@ -52,6 +52,19 @@ def require_slurm(accounting: bool = False):
         pytest.skip(f"needs a local Slurm cluster: {reason}")
 
 
+def require_slurm_version(at_least: tuple, why: str):
+    """Skip when this host's Slurm is older than `at_least`: tools/test.sh runs the tests
+    marked `slurm24` again on Slurm 24.11 (tools/slurm-chroot.sh), where this must not skip,
+    so there (GAVEL_NEWER_SLURM set) an older Slurm is a failure."""
+    from slurm_gavel.slurm.devcluster import slurm_version
+    version = slurm_version()
+    if version[:len(at_least)] < tuple(at_least):
+        text = ".".join(str(part) for part in version)
+        if os.environ.get("GAVEL_NEWER_SLURM"):
+            pytest.fail(f"the Slurm 24.11 pass runs Slurm {text}, but {why}", pytrace=False)
+        pytest.skip(f"{why}; this is Slurm {text} (tools/test.sh runs it on 24.11)")
+
+
 @contextlib.contextmanager
 def running_cluster(directory, types, **kw):
     """A DevCluster of `types` in `directory` on random free ports in 20000-30000 (never the

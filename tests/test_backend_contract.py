@@ -28,6 +28,9 @@ from slurm_gavel.sim.simulator import SimulatedCluster
 from slurm_gavel.estimator.table import ThroughputTable
 from slurm_gavel.sim.workloads import TraceJob
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 TYPES = ("v100", "p100", "k80")
 SERVERS_PER_TYPE, GPUS_PER_SERVER = 2, 4
 MODEL = "convnet"

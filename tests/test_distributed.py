@@ -17,6 +17,9 @@ import pytest
 
 from test_daemon import queue, start_daemon, stop_daemon, write_config
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 JOB = r"""#!/bin/bash
 #SBATCH --requeue
 #SBATCH --open-mode=append

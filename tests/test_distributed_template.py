@@ -23,6 +23,9 @@ from torch_support import import_torch
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.records import parse_jobs
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 torch = import_torch()
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "job_templates" / "distributed" / "resnet18.sbatch"

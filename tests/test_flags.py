@@ -25,6 +25,9 @@ from slurm_gavel.slurm.flags import (MAX_SLO_SECONDS, MAX_SPEEDS, MAX_STEPS, UNI
                                      FlagError, GavelFlags, from_admin_comment, is_admin_comment,
                                      is_gavel_comment, parse_comment, to_admin_comment, with_entity)
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "slurm_conf" / "job_submit.lua"
 DRIVER = ROOT / "tests" / "lua" / "driver.lua"

@@ -22,6 +22,9 @@ import pytest
 from conftest import move_job
 from test_flags import CASES, INTERACTIVE, NO_GPU
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 USER = "gavel-jstest"          # created for these tests when missing, removed afterwards
 CANONICAL = "gavel:v1 model=resnet50 weight=2 slo=129600 steps=100000"
 

@@ -31,6 +31,9 @@ from slurm_gavel.slurm.store import SqliteStore
 from test_daemon import JOB, queue, start_daemon, stop_daemon, write_config
 from test_metrics import free_port, pick, scrape
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 MIXED_TYPES = {"v100": (1, 2), "k80": (1, 2)}
 TYPE_OF = {"v100-0": "v100", "k80-0": "k80"}
 # the test_daemon job, its run segments and progress records naming the node (not the

@@ -16,12 +16,15 @@ from slurm_gavel.core.clock import WallClock
 from slurm_gavel.core.mechanism import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
-from slurm_gavel.slurm.devcluster import slurm_version
-from slurm_gavel.slurm.multi_pairs import StoredRequests, version_text
+from slurm_gavel.slurm.multi_pairs import StoredRequests
 from slurm_gavel.slurm.store import SqliteStore
-from tests.conftest import SHARDS_PER_GPU, require_slurm, running_cluster, shard_job_submit_lua
+from tests.conftest import (SHARDS_PER_GPU, require_slurm, require_slurm_version, running_cluster,
+                            shard_job_submit_lua)
 from tests.test_daemon import queue, submit
 from tests.test_space_sharing import _holders
+
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
 
 FLAGS = "MULTIPLE_SHARING_GRES_PJ,ONE_TASK_PER_SHARING_GRES"
 # a preemptible job that says which GPUs and how many tasks it got, once per run
@@ -39,9 +42,8 @@ exit 85
 @pytest.fixture(scope="module")
 def pair_cluster(tmp_path_factory):
     require_slurm()
-    if slurm_version()[:2] < (23, 11):
-        pytest.skip(f"multi-GPU pairs need Slurm 23.11+ (MULTIPLE_SHARING_GRES_PJ, "
-                    f"ONE_TASK_PER_SHARING_GRES); this is {version_text(slurm_version())}")
+    require_slurm_version((23, 11), "multi-GPU pairs need Slurm 23.11+ (MULTIPLE_SHARING_GRES_PJ, "
+                          "ONE_TASK_PER_SHARING_GRES)")
     lua = shard_job_submit_lua(tmp_path_factory.mktemp("mpair-lua"))
     with running_cluster(tmp_path_factory.mktemp("mpair"), {"v100": (1, 4)}, shards=SHARDS_PER_GPU,
                          job_submit_lua=lua, select_parameters=FLAGS) as cluster:

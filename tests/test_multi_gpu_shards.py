@@ -13,7 +13,10 @@ import time
 import pytest
 
 from slurm_gavel.slurm.devcluster import DevCluster, DevClusterError, slurm_version
-from tests.conftest import require_slurm, running_cluster
+from tests.conftest import require_slurm, require_slurm_version, running_cluster
+
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
 
 SHARDS = 4
 FLAGS = "MULTIPLE_SHARING_GRES_PJ,ONE_TASK_PER_SHARING_GRES"
@@ -24,8 +27,7 @@ SCRIPT = ("#!/bin/bash\necho \"$CUDA_VISIBLE_DEVICES $SLURM_JOB_GPUS $SLURM_SHAR
 @pytest.fixture(scope="module")
 def multi_shard_cluster(tmp_path_factory):
     require_slurm()
-    if slurm_version()[:2] < (23, 11):
-        pytest.skip("MULTIPLE_SHARING_GRES_PJ and ONE_TASK_PER_SHARING_GRES are Slurm 23.11+")
+    require_slurm_version((23, 11), "MULTIPLE_SHARING_GRES_PJ and ONE_TASK_PER_SHARING_GRES are Slurm 23.11+")
     with running_cluster(tmp_path_factory.mktemp("mshard"), {"v100": (1, 4)}, shards=SHARDS,
                          select_parameters=FLAGS) as cluster:
         yield cluster
@@ -162,8 +164,7 @@ def test_doctor_names_the_select_flags_that_break_pairs_only_with_space_sharing(
 @pytest.fixture(scope="module")
 def least_loaded_cluster(tmp_path_factory):
     require_slurm()
-    if slurm_version()[:2] < (23, 11):
-        pytest.skip("LL_SHARED_GRES is Slurm 23.11+")
+    require_slurm_version((23, 11), "LL_SHARED_GRES is Slurm 23.11+")
     with running_cluster(tmp_path_factory.mktemp("llshard"), {"v100": (1, 4)}, shards=SHARDS,
                          select_parameters="LL_SHARED_GRES") as cluster:
         yield cluster

@@ -11,8 +11,13 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from test_daemon import TICK, queue, start_daemon, stop_daemon, submit, write_config
 from test_shapes import clean  # noqa: F401  (fixture)
+
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
 
 
 def copies(job: str, jobdir: Path) -> dict[int, str]:

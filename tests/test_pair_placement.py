@@ -25,6 +25,9 @@ from slurm_gavel.slurm.commands import SlurmCLI
 from tests.test_daemon import queue, submit
 from tests.test_space_sharing import _gpu_of
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 
 @pytest.fixture
 def shard_cluster(slurm_shard_cluster, tmp_path):

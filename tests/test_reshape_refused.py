@@ -21,6 +21,9 @@ from slurm_gavel.slurm.devcluster import slurm_version
 
 from conftest import default_job_submit_lua, require_slurm, running_cluster
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 TYPES = {"k80": (2, 2), "v100": (1, 4)}
 
 

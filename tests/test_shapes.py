@@ -11,6 +11,9 @@ import pytest
 
 from test_daemon import MODELS, queue, start_daemon, stop_daemon, submit, write_config
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 
 @pytest.fixture
 def clean(slurm_cluster):

@@ -15,6 +15,9 @@ from slurm_gavel.slurm.backend import discover_partitions
 from slurm_gavel.slurm.records import (expand_hostlist, gpu_request, number, parse_jobs,
                                        parse_nodes, slurm_release, states)
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 FIXTURES = Path(__file__).parent / "fixtures"
 SQUEUE = {"22.05": "squeue-22.05.json", "24.11": "squeue-24.11.json"}
 NODES = {"22.05": "sinfo-22.05.json", "24.11": "nodes-24.11.json"}     # what SlurmCLI.nodes() runs

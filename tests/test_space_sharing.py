@@ -21,6 +21,9 @@ from slurm_gavel.slurm.store import SqliteStore, StoreError
 from tests.conftest import SHARDS_PER_GPU
 from tests.test_daemon import TICK, queue, start_daemon, stop_daemon, submit, write_config
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 
 # -- what Slurm reports, parsed (no cluster) ------------------------------------------------
 def test_shard_jobs_and_nodes_are_read_from_both_versions_json():

@@ -14,9 +14,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from slurm_gavel.slurm.store import SqliteStore
 
 from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: F401
+
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
 
 STUCK = {
     # distributed jobs run (issue 13: tests/test_distributed.py), but not these: 12 GPUs

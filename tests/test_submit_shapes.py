@@ -16,6 +16,9 @@ import pytest
 from test_flags import lua, run_driver  # noqa: F401 (lua: the fixture)
 from test_job_submit import Jobs
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 REFUSED = ("gavel flags: GPUs per task or per socket cannot be reshaped by the scheduler: "
            "ask for the job's total, e.g. --gpus=4 (one task per GPU: --gpus=4 --ntasks-per-gpu=1)")
 TASKS = ("gavel flags: --ntasks-per-node cannot follow the shape the scheduler chooses for a job "

@@ -17,7 +17,7 @@ SUITE="${GAVEL_SLURM24_SUITE:-trixie}"
 MIRROR="${GAVEL_SLURM24_MIRROR:-http://deb.debian.org/debian}"
 # Slurm and MUNGE; Lua for job_submit.lua; the shared libraries the venv's Python and its
 # compiled packages (numpy, scipy, HiGHS, torch) load.
-PACKAGES=slurmctld,slurmd,slurm-client,munge,lua5.1,libssl3t64,libsqlite3-0,libffi8,zlib1g,libbz2-1.0,liblzma5,libreadline8t64,libncursesw6,libuuid1,libnsl2,libtirpc3t64,libcrypt1,libexpat1,libstdc++6,libgomp1
+PACKAGES=slurmctld,slurmd,slurm-client,munge,lua5.1,libssl3t64,libsqlite3-0,libffi8,zlib1g,libbz2-1.0,liblzma5,libreadline8t64,libncursesw6,libuuid1,libnsl2,libtirpc3t64,libcrypt1,libexpat1,libstdc++6,libgomp1,e2fsprogs
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "slurm-chroot: needs root (debootstrap, chroot, mounts)" >&2
@@ -37,9 +37,16 @@ if [ ! -e "$CHROOT/.slurm-gavel-root" ]; then
     debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$CHROOT.partial" "$MIRROR" \
         > "$(dirname "$CHROOT")/slurm-gavel-debootstrap.log" 2>&1 \
         || { echo "slurm-chroot: debootstrap failed; see $(dirname "$CHROOT")/slurm-gavel-debootstrap.log" >&2; exit 1; }
-    touch "$CHROOT.partial/.slurm-gavel-root"
+    echo "$PACKAGES" > "$CHROOT.partial/.slurm-gavel-root"
     rm -rf "$CHROOT"
     mv "$CHROOT.partial" "$CHROOT"
+elif [ "$(cat "$CHROOT/.slurm-gavel-root")" != "$PACKAGES" ]; then
+    # A root built by an earlier version of this script: add what the list has gained.
+    echo "slurm-chroot: adding packages to $CHROOT" >&2
+    chroot "$CHROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq ${PACKAGES//,/ } > "$(dirname "$CHROOT")/slurm-gavel-apt.log" 2>&1 \
+        || { echo "slurm-chroot: apt-get failed; see $(dirname "$CHROOT")/slurm-gavel-apt.log" >&2; exit 1; }
+    echo "$PACKAGES" > "$CHROOT/.slurm-gavel-root"
 fi
 VENV_PY="$ROOT/.venv/bin/python"
 [ -x "$VENV_PY" ] || { echo "slurm-chroot: no $VENV_PY (run tools/setup-env.sh first)" >&2; exit 2; }
@@ -66,7 +73,12 @@ for f in /etc/hosts /etc/hostname; do
     mount --bind "$f" "$R$f"
     mount -o remount,bind,ro "$R$f"
 done
-exec chroot "$R" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+# A clean environment, but for CI and the GAVEL_* settings.
+keep=()
+for name in $(compgen -e); do
+    case "$name" in CI|GAVEL_*) keep+=("$name=${!name}");; esac
+done
+exec chroot "$R" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${keep[@]}" \
     PATH="$ROOT/.venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     /bin/bash -c "cd \"\$0\" && exec \"\$@\"" "$ROOT" "$@"
 ' slurm-chroot "$CHROOT" "$ROOT" "$BASE" "$@"
