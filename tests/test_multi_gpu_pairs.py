@@ -3,7 +3,9 @@ ONE_TASK_PER_SHARING_GRES (docs/space-sharing.md, "Multi-GPU pairs"): a pair row
 `--gres=gpu:2` gavel jobs runs both on the same two GPUs, half of each (per-task shards, one
 task per GPU), next to a one-GPU gavel job, with no third job on them; the pair stops
 together; one of them started alone again, by a backend that replaces the first (a daemon
-restart, the originals kept in SQLite), gets its two GPUs and its one task back.  Skipped
+restart, the originals kept in SQLite), gets its two GPUs and its one task back; a pair's
+survivor holds back a new pair first fit would split, and is joined on its own GPUs by a new
+partner without being stopped (which waits while first fit would put it elsewhere).  Skipped
 before 23.11, whose slurmctld does not start with the flags."""
 from __future__ import annotations
 
@@ -166,5 +168,92 @@ def test_a_survivors_half_holds_back_a_two_gpu_pair_first_fit_would_split(pair_c
         assert {queue(c).get(j) for j in (d, e)} == {"PENDING"}, queue(c)
         said = [r.getMessage() for r in caplog.records if "not started (space sharing)" in r.getMessage()]
         assert len(said) == 1 and f"part of its shards in use (job {a})" in said[0], said
+    finally:
+        c.run(["scancel", "--user", "root"], check=False)
+
+
+def _alone_again(backend, job, seconds=30.0) -> None:
+    """Observe until the backend reads `job` as the only job running, alone (its partner gone)."""
+    deadline = time.time() + seconds
+    while True:
+        obs = backend.observe()
+        if [r.jobs for r in obs.running] == [(job,)]:
+            return
+        assert time.time() < deadline, obs.running
+        time.sleep(0.5)
+
+
+def test_a_two_gpu_survivor_is_joined_by_a_new_partner_on_its_gpus_and_keeps_running(pair_cluster, tmp_path):
+    """One half of a pair left alone on GPUs 0,1 (its partner gone); the plan pairs it with a
+    new two-GPU job.  The survivor is not preempted (nor restarted), the new job gets the free
+    halves of GPUs 0,1 (first fit, a task per GPU, gives it those), both see the same GPUs, no
+    third job is on them, and the two are the pair row again."""
+    c = pair_cluster
+    c.run(["scancel", "--user", "root"], check=False)
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    (tmp_path / "progress").mkdir()
+    a, b, d = (submit(c, tmp_path, "convnet", 2, 10 ** 6) for _ in range(3))
+    backend = _backend(c, SqliteStore(tmp_path / "state.db"))
+    try:
+        node = next(s.name for s in backend.observe().servers if s.worker_type == "v100")
+        first = Assignment((a, b), "v100", ((node, 2),))
+        backend.execute(RoundPlan(0, (first,), (), (first,), ()), time.time() + 600)
+        seen = _runs(c, tmp_path, [a, b])
+        assert seen[a][0] == seen[b][0] == "0,1", seen
+        c.run(["scancel", b])
+        _alone_again(backend, a)
+        began = backend._jobs[a].start_time
+        row = Assignment((a, d), "v100", ((node, 2),))
+        backend.execute(RoundPlan(1, (row,), (), (row,), (a,)), time.time() + 600)
+        seen = _runs(c, tmp_path, [a, d])
+        assert seen[d] == ["0,1", "0,1", "2"], seen        # CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS, tasks
+        assert len(_env(tmp_path, a)) == 1 and queue(c)[a] == "RUNNING"   # never stopped
+        assert _squeue(c, d)["tres_per_task"] == "gres/shard:2"
+        holders = _holders(c)
+        assert [holders.get((node, i)) for i in "0123"] == [{a, d}, {a, d}, None, None], holders
+        obs = backend.observe()
+        assert [r.jobs for r in obs.running] == [(a, d)] and obs.running[0].servers == ((node, 2),)
+        assert backend._jobs[a].start_time == began and backend._jobs[a].restarts == 0
+    finally:
+        c.run(["scancel", "--user", "root"], check=False)
+
+
+def test_a_two_gpu_survivors_new_partner_waits_while_first_fit_would_put_it_elsewhere(
+        pair_cluster, tmp_path, caplog):
+    """A survivor alone on GPUs 2,3 with GPUs 0,1 free: its new partner, released, would get
+    0,1 (first fit), so it waits, said once.  Once a new pair takes GPUs 0,1 (in the next
+    round), first fit gives the partner 2,3 and it joins the survivor, in the same call."""
+    c = pair_cluster
+    c.run(["scancel", "--user", "root"], check=False)
+    (tmp_path / "job.sh").write_text(SCRIPT)
+    (tmp_path / "progress").mkdir()
+    a, b, d, e, f, g, h = (submit(c, tmp_path, "convnet", 2, 10 ** 6) for _ in range(7))
+    backend = _backend(c, SqliteStore(tmp_path / "state.db"))
+    try:
+        node = next(s.name for s in backend.observe().servers if s.worker_type == "v100")
+        one, two = (Assignment(p, "v100", ((node, 2),)) for p in ((a, b), (d, e)))
+        backend.execute(RoundPlan(0, (one, two), (), (one, two), ()), time.time() + 600)
+        seen = _runs(c, tmp_path, [a, b, d, e])
+        assert seen[a][0] == seen[b][0] == "0,1" and seen[d][0] == seen[e][0] == "2,3", seen
+        c.run(["scancel", a, b, d])
+        _alone_again(backend, e)
+        row = Assignment((e, f), "v100", ((node, 2),))
+        with caplog.at_level("WARNING", logger="slurm_gavel"):
+            backend.execute(RoundPlan(1, (row,), (), (row,), (e,)), time.time() + 600)
+            for _ in range(4):
+                time.sleep(0.5)
+                backend.observe()
+            assert queue(c)[f] == "PENDING" and queue(c)[e] == "RUNNING", queue(c)
+            new = Assignment((g, h), "v100", ((node, 2),))
+            backend.execute(RoundPlan(2, (row, new), (), (row, new), (e,)), time.time() + 600)
+            seen = _runs(c, tmp_path, [e, f, g, h])
+        said = [r.getMessage() for r in caplog.records if "not started (space sharing)" in r.getMessage()]
+        assert len(said) == 1 and f"job {f} GPUs 0,1, not GPUs 2,3 beside job {e}" in said[0], said
+        assert seen[f] == ["2,3", "2,3", "2"] and seen[g][0] == seen[h][0] == "0,1", seen
+        assert len(_env(tmp_path, e)) == 1                 # the survivor never stopped
+        holders = _holders(c)
+        assert [holders.get((node, i)) for i in "0123"] == [{g, h}, {g, h}, {e, f}, {e, f}], holders
+        obs = backend.observe()
+        assert sorted(r.jobs for r in obs.running) == sorted([(e, f), (g, h)]), obs.running
     finally:
         c.run(["scancel", "--user", "root"], check=False)

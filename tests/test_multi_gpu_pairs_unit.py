@@ -2,7 +2,8 @@
 the backend may run them (Slurm 23.11+ with both SelectTypeParameters flags, the admin's
 max_pair_gpus), where first fit puts a pair of N-GPU halves, the `scontrol update` fields of
 a start (a pair's half; a paired job alone again: its own request back, also after a
-restart: the SQLite store), the per-poll reading of a running pair.  Slurm's side is the
+restart: the SQLite store), the per-poll reading of a running pair, a two-GPU survivor's new
+partner (released only where first fit gives it the survivor's GPUs).  Slurm's side is the
 recorded queue and nodes of test_start_backoff, replayed with shards; the cluster test is
 tests/test_multi_gpu_pairs.py (24.11.5)."""
 from __future__ import annotations
@@ -275,3 +276,97 @@ def test_the_daemon_says_at_start_which_pairs_it_runs_and_why(caplog, version, c
     lines = [r for r in caplog.records if said in r.getMessage()]
     assert [r.levelname for r in lines] == [level], caplog.text
     assert stub.backend.max_pair_gpus == got
+
+
+class SurvivorReplay(PairReplay):
+    """Job 5 the survivor of a two-GPU pair, running alone on half of the shards of `gpus`
+    (per-task shards, a task per GPU); 6 and 7 held `--gres=gpu:2` jobs.  A released job
+    runs where `placed` says (Slurm's first fit, as the test expects it)."""
+
+    def __init__(self, gpus):
+        super().__init__()
+        detail = ",".join("2/4" if i in gpus else "0/4" for i in range(4))
+        survivor = dict(copy.deepcopy(self.jobs[0]), job_id=5, job_state="RUNNING", nodes="v100-0",
+                        tres_per_node="", tres_per_task="gres/shard:2", tasks=2,
+                        gres_detail=[f"shard:4({detail})"], state_reason="None", priority=1)
+        self.jobs.insert(0, survivor)
+        self.placed: dict[str, str] = {}
+
+    def signal(self, ids, *args, **kw):
+        self.actions.append(("signal", tuple(ids)))
+
+    def release(self, ids):
+        super().release(ids)
+        for j in self.jobs:
+            if str(j["job_id"]) in ids and str(j["job_id"]) in self.placed:
+                j.update(job_state="RUNNING", state_reason="None", priority=1,
+                         gres_detail=[self.placed[str(j["job_id"])]])
+
+
+def _survivor_backend(cli, events):
+    requests = Requests()
+    requests.put("5", Request(2, 1))             # its pair's start remembered what it asked
+    backend = SlurmBackend(cli, SimulatedClock(1000.0), partitions={"v100": "v100"}, requests=requests,
+                           on_event=lambda kind, job, text: events.append((kind, job, text)))
+    assert backend.allow_pair_gpus(2, V24, FLAGS).startswith("pairs of jobs of up to 2 GPUs")
+    obs = backend.observe()
+    assert [r.jobs for r in obs.running] == [("5",)]
+    return backend
+
+
+def test_a_two_gpu_survivor_is_joined_on_its_gpus_not_preempted_and_both_are_the_pair_row(monkeypatch):
+    monkeypatch.setattr(backend_mod, "PAIR_PLACED_SECONDS", 0.3)
+    cli = SurvivorReplay({0, 1})
+    cli.placed["6"] = "shard:4(2/4,2/4,0/4,0/4)"
+    events = []
+    backend = _survivor_backend(cli, events)
+    row = Assignment(("5", "6"), "v100", (("v100-0", 2),))
+    backend.execute(RoundPlan(1, (row,), (), (row,), ("5",)), 1010)
+    assert not [a for a in cli.actions if a[0] == "signal"], cli.actions      # the survivor runs on
+    updates = [a for a in cli.actions if a[0] == "update"]
+    assert [a[1] for a in updates] == [("6",)]
+    fields = dict(updates[0][2])
+    assert (fields["TresPerNode"], fields["TresPerTask"], fields["NumTasks"]) == ("", "gres/shard:2", "2")
+    assert ("release", ("6",)) in cli.actions
+    assert backend.requests.get("6") == Request(2, 1)                     # saved before its update
+    backend.clock.sleep_until(1001)
+    obs = backend.observe()
+    assert [(r.jobs, r.servers) for r in obs.running] == [(("5", "6"), (("v100-0", 2),))]
+    assert not [e for e in events if e[0] in ("gpu_shared", "pair_refused")], events
+
+
+def test_a_two_gpu_survivors_partner_waits_while_first_fit_would_give_it_other_gpus_said_once(monkeypatch):
+    """Survivor on GPUs 2,3 with 0,1 free: a task per GPU, the partner would take 0,1.  It
+    waits (said once, over polls) until other jobs fill GPUs 0,1, then joins on 2,3."""
+    monkeypatch.setattr(backend_mod, "PAIR_PLACED_SECONDS", 0.3)
+    cli = SurvivorReplay({2, 3})
+    cli.placed["6"] = "shard:4(0/4,0/4,2/4,2/4)"
+    events = []
+    backend = _survivor_backend(cli, events)
+    row = Assignment(("5", "6"), "v100", (("v100-0", 2),))
+    backend.execute(RoundPlan(1, (row,), (), (row,), ("5",)), 1010)
+    for t in (1001, 1002):
+        backend.clock.sleep_until(t)
+        backend.observe()
+    assert [a[0] for a in cli.actions] == [], cli.actions                   # no signal, no start
+    said = [e[2] for e in events if e[0] == "pair_refused"]
+    assert said == ["node v100-0: first fit would give job 6 GPUs 0,1, not GPUs 2,3 beside job 5; "
+                    "it waits"] * 2, said                                  # (one event per job of the row)
+    # another user's two-GPU job takes GPUs 0,1: first fit now gives the partner 2,3
+    cli.jobs.append(dict(copy.deepcopy(cli.jobs[1]), job_id=9, admin_comment="", job_state="RUNNING",
+                         nodes="v100-0", tres_per_node="gres:gpu:2", gres_detail=["gpu:v100:2(IDX:0-1)"],
+                         state_reason="None", priority=1))
+    backend.clock.sleep_until(1003)
+    backend.observe()
+    assert ("release", ("6",)) in cli.actions and not [a for a in cli.actions if a[0] == "signal"]
+    backend.clock.sleep_until(1004)
+    assert [r.jobs for r in backend.observe().running if len(r.jobs) > 1] == [("5", "6")]
+
+
+def test_first_fit_of_a_survivors_partner_takes_the_first_gpus_with_room_it_does_not_use_yet():
+    from slurm_gavel.slurm.pair_room import first_fit_gpus
+    assert first_fit_gpus(NodeRoom([2, 2, 4, 4]), 2, 2) == ((0, 1), "")     # beside a survivor on 0,1
+    assert first_fit_gpus(NodeRoom([4, 2, 4, 2]), 2, 2) == ((0, 1), "")     # survivor on 1,3: not its GPUs
+    assert first_fit_gpus(NodeRoom([0, 2, 0, 2]), 2, 2) == ((1, 3), "")
+    got, why = first_fit_gpus(NodeRoom([0, 2, 4, 2], users={0: ["8"]}, leaving={0}), 2, 2)
+    assert got is None and "leaving GPU 0" in why                          # 8 may free GPU 0 first

@@ -86,7 +86,7 @@ from .flags import admin_flags, admin_status, from_admin_comment, with_status
 from ..core.mechanism import Assignment, Placement, RoundPlan, Server
 from ..job.progress import candidate_paths, parse_records, summary
 from .multi_pairs import Requests
-from .pair_room import NodeRoom, first_fit, gpu_room, pair_gpus, take
+from .pair_room import NodeRoom, first_fit_gpus, gpu_room, pair_gpus, take
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
 from .commands import Backoff, SlurmCLI, SlurmCommandError
@@ -886,9 +886,10 @@ class SlurmBackend(SpaceSharing):
         self._signal_now(due, f"preempted by round {self._round}: signalled after its minimum run")
 
     def _joins(self, plan: RoundPlan) -> dict[str, Assignment]:
-        """Survivors of a pair (running alone on part of one GPU's shards) that this plan
-        pairs with a new job on the same node and type: the survivor keeps running (not
-        preempted and restarted with its new partner), the partner takes the free half."""
+        """Survivors of a pair (running alone on part of the shards of one GPU, or of each of
+        a multi-GPU pair's GPUs) that this plan pairs with a new job on the same node, type and
+        GPU count: the survivor keeps running (not preempted and restarted with its new
+        partner), the partner takes the free half of each of its GPUs (`_lone_half`)."""
         out = {}
         for a in plan.start:
             if len(a.jobs) != 2 or self._pair_problem(a):
@@ -896,10 +897,8 @@ class SlurmBackend(SpaceSharing):
             running = [m for m in a.jobs if m in self._running and m not in self._preempted]
             if len(running) != 1 or running[0] in self._pairs:
                 continue
-            s, j = running[0], self._jobs.get(running[0])
-            if (j is not None and j.running and 0 < j.shards < self.shards_per_gpu(a.nodes[0])
-                    and tuple(j.nodes) == a.nodes and len(j.gpu_indices) == 1
-                    and j.gpu_indices[0].isdigit() and self._running[s].worker_type == a.worker_type):
+            s = running[0]
+            if self._running[s].worker_type == a.worker_type and self._lone_half(s, a) is not None:
                 out[s] = a
         return out
 
@@ -1029,15 +1028,22 @@ class SlurmBackend(SpaceSharing):
                 if node in pairing:
                     continue
                 room = self._room.get(node)
-                if survivor is not None:      # the new partner takes the survivor's free half
-                    s = self._jobs[survivor]
-                    want = self.shards_per_gpu(node) - s.shards
-                    gpu, why = first_fit(room, want) if room is not None else (None, "no shards listed")
-                    if gpu is None or str(gpu) != s.gpu_indices[0]:
-                        log.debug("job %s waits to join %s on %s: %s", members[0], survivor, node,
-                                  why or f"first fit would give it GPU {gpu}, not GPU {s.gpu_indices[0]}")
+                if survivor is not None:      # the new partner takes the survivor's free halves
+                    mine, held = self._lone_half(survivor, a) or ((), 0)
+                    want = self.shards_per_gpu(node) - held
+                    # a task per GPU, each on the first GPU with room it does not use yet
+                    # (ONE_TASK_PER_SHARING_GRES): the survivor's GPUs must come first
+                    gpus, why = (first_fit_gpus(room, want, a.gpus) if room is not None and mine
+                                 else (None, "no shards listed" if mine else "the survivor holds no half"))
+                    if gpus != mine:
+                        if gpus is not None:  # first fit would put it elsewhere: said once
+                            self._warn_pair(None, a, f"node {node}: first fit would give job {members[0]} "
+                                            f"{_gpu_list(gpus)}, not {_gpu_list(mine)} beside job "
+                                            f"{survivor}; it waits")
+                        else:
+                            log.debug("job %s waits to join %s on %s: %s", members[0], survivor, node, why)
                         continue
-                    room.free[gpu] -= want
+                    take(room, gpus, (want,), (members[0],))
                     joined[members[0]] = want
                 else:
                     halves = self._halves(a)
@@ -1304,6 +1310,11 @@ class SlurmBackend(SpaceSharing):
             for job in jobs:
                 self.on_event("action_failed", job, f"{what}: {e}")
             return False
+
+
+def _gpu_list(gpus: tuple[int, ...]) -> str:
+    """(1,) -> 'GPU 1', (2, 3) -> 'GPUs 2,3'."""
+    return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}"
 
 
 def _signal_name(number: int) -> str:

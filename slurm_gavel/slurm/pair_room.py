@@ -12,9 +12,9 @@ test_pair_placement.py), and (c) no GPU before that one is about to free room (a
 leaving it: preempted, completing, or listed without its GPU).  Two pairs released
 together on one node can cross (A with C, B with D), so a node takes one pair at a time.
 `pair_gpu` says which GPU a pair would get, or why it must wait; `first_fit`, the GPU of
-one job (a new partner joining a survivor's free half); `pair_gpus` and `first_fit_gpus`
-the same for the halves of a multi-GPU pair (a task per GPU, on 23.11+ with
-ONE_TASK_PER_SHARING_GRES: multi_pairs.py); the backend calls them.
+one job; `pair_gpus` and `first_fit_gpus` the same for the halves of a multi-GPU pair (a
+task per GPU, on 23.11+ with ONE_TASK_PER_SHARING_GRES: multi_pairs.py), `first_fit_gpus`
+also the GPUs of a new partner joining a survivor's free halves; the backend calls them.
 """
 from __future__ import annotations
 
@@ -113,9 +113,9 @@ def pair_gpu(r: NodeRoom, halves: tuple[int, int]) -> tuple[int | None, str]:
     return (got[0] if got else None), why
 
 
-def take(r: NodeRoom, gpu: int | tuple[int, ...], halves: tuple[int, int], jobs: tuple[str, ...]) -> None:
+def take(r: NodeRoom, gpu: int | tuple[int, ...], halves: tuple[int, ...], jobs: tuple[str, ...]) -> None:
     """What a released pair takes of `r` (so that the next decision sees it): both halves on
-    `gpu` (or on each of several GPUs, a multi-GPU pair)."""
+    `gpu` (or on each of several GPUs, a multi-GPU pair); one half, a survivor's new partner."""
     for i in (gpu,) if isinstance(gpu, int) else gpu:
         r.free[i] -= sum(halves)
         r.users.setdefault(i, []).extend(jobs)

@@ -6,8 +6,8 @@ enables it, two N-GPU jobs on the same N GPUs: multi_pairs.py).  Both ask gres/s
 half of them in its start's `scontrol update`, and Slurm puts both halves on one
 GPU (first fit).  This mixin owns what that needs beyond a plain start: which
 shard count a start asks, why a pair cannot run here, the pairs the backend runs
-(`_pairs`: job -> its row), their usage as pair rows, pairs found running after a
-restart, and the per-poll check of which jobs hold each GPU (gres_detail IDX).
+(`_pairs`: job -> its row), a survivor that a row pairs with a new job (`_lone_half`),
+their usage as pair rows, pairs found running after a restart, and the per-poll check of which jobs hold each GPU (gres_detail IDX).
 `SlurmBackend` calls these from its poll, observe and execute.
 """
 from __future__ import annotations
@@ -108,17 +108,18 @@ class SpaceSharing:
 
     def _share_fields(self, job: str, a: Assignment, joined: int = 0) -> tuple[dict[str, str], str]:
         """What a start's `scontrol update` adds for space sharing, and its words for the log:
-        a one-GPU pair's half (`Gres=shard:K`; `joined`: the shards a survivor's new partner
-        takes), a multi-GPU pair's half (per-task shards, multi_pairs.pair_fields; the job's
-        request is remembered first, and a failed write raises: the pair is not started), or a
-        job paired before started alone (its request given back: restore_fields)."""
+        a one-GPU pair's half (`Gres=shard:K`), a multi-GPU pair's half (per-task shards,
+        multi_pairs.pair_fields; the job's request is remembered first, and a failed write
+        raises: the pair is not started), or a job paired before started alone (its request
+        given back: restore_fields).  `joined`: the shards a survivor's new partner takes (of
+        each of its GPUs), what the survivor leaves free."""
         j = self._jobs.get(job)
         if j is None:
             return {}, ""
         if len(a.jobs) > 1 and a.gpus > 1:
             if not j.task_shards and self.requests.get(job) is None and not self.dry_run:
                 self.requests.put(job, Request(j.gpus, j.tasks or 1))
-            k = self._halves(a)[a.jobs.index(job)]
+            k = joined or self._halves(a)[a.jobs.index(job)]
             return pair_fields(k, a.gpus), f" ({k} shards of each of {a.gpus} GPUs, paired)"
         before = self.requests.get(job)
         if before is not None and j.task_shards:
@@ -130,6 +131,20 @@ class SpaceSharing:
             return {"Gres": f"shard:{shards}"}, (f" ({shards} shards of one GPU"
                                                  f"{', paired' if len(a.jobs) > 1 else ''})")
         return {}, ""
+
+    def _lone_half(self, job: str, a: Assignment) -> tuple[tuple[int, ...], int] | None:
+        """The GPUs and shards per GPU of `job` if it can be the survivor that row `a` pairs
+        with a new job: running on `a`'s node on part of the shards of `a.gpus` GPUs, the same
+        count on each (a one-GPU pair's half, or a multi-GPU one's: a task per GPU); else None."""
+        j = self._jobs.get(job)
+        if (j is None or not j.running or tuple(j.nodes) != a.nodes or len(j.gpu_shards) != 1
+                or len(j.gpu_shards[0]) != a.gpus or a.gpus > 1 and not j.task_shards):
+            return None
+        counts = {n for _, n in j.gpu_shards[0]}
+        k = counts.pop() if len(counts) == 1 else None
+        if k is None or not 0 < k < self.shards_per_gpu(a.nodes[0]):
+            return None
+        return tuple(i for i, _ in j.gpu_shards[0]), k
 
     def _forget_request(self, job: str) -> None:
         """A paired job's old request is no longer needed (given back, or the job left)."""
