@@ -51,6 +51,13 @@ fi
 VENV_PY="$ROOT/.venv/bin/python"
 [ -x "$VENV_PY" ] || { echo "slurm-chroot: no $VENV_PY (run tools/setup-env.sh first)" >&2; exit 2; }
 BASE="$("$VENV_PY" -c 'import sys; print(sys.base_prefix)')"
+# Bound over the root's own files, a Python installed in /usr would replace trixie's /usr.
+case "$BASE" in
+    /|/usr|/usr/local|/bin|/lib*|/etc*|/var|/tmp|/opt|/root|/home)
+        echo "slurm-chroot: the venv's Python lives in $BASE, which cannot be bound into the root;" \
+             "make .venv from a Python in its own folder (pyenv, /opt/pythonX.Y), or set GAVEL_SLURM24=0" >&2
+        exit 2;;
+esac
 exec unshare --mount --propagation private -- bash -euo pipefail -c '
 R="$1"; ROOT="$2"; BASE="$3"; shift 3
 mount -t proc proc "$R/proc"
