@@ -15,9 +15,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHROOT="${GAVEL_SLURM24_ROOT:-/var/tmp/slurm-gavel-trixie}"
 SUITE="${GAVEL_SLURM24_SUITE:-trixie}"
 MIRROR="${GAVEL_SLURM24_MIRROR:-http://deb.debian.org/debian}"
-# Slurm and MUNGE; Lua for job_submit.lua; the shared libraries the venv's Python and its
+# Slurm and MUNGE (slurmdbd for the cluster with accounting); Lua for job_submit.lua; chattr; the shared libraries the venv's Python and its
 # compiled packages (numpy, scipy, HiGHS, torch) load.
-PACKAGES=slurmctld,slurmd,slurm-client,munge,lua5.1,libssl3t64,libsqlite3-0,libffi8,zlib1g,libbz2-1.0,liblzma5,libreadline8t64,libncursesw6,libuuid1,libnsl2,libtirpc3t64,libcrypt1,libexpat1,libstdc++6,libgomp1,e2fsprogs
+PACKAGES=slurmctld,slurmd,slurm-client,munge,lua5.1,libssl3t64,libsqlite3-0,libffi8,zlib1g,libbz2-1.0,liblzma5,libreadline8t64,libncursesw6,libuuid1,libnsl2,libtirpc3t64,libcrypt1,libexpat1,libstdc++6,libgomp1,e2fsprogs,slurmdbd
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "slurm-chroot: needs root (debootstrap, chroot, mounts)" >&2
@@ -47,6 +47,19 @@ elif [ "$(cat "$CHROOT/.slurm-gavel-root")" != "$PACKAGES" ]; then
         apt-get install -y -qq ${PACKAGES//,/ } > "$(dirname "$CHROOT")/slurm-gavel-apt.log" 2>&1 \
         || { echo "slurm-chroot: apt-get failed; see $(dirname "$CHROOT")/slurm-gavel-apt.log" >&2; exit 1; }
     echo "$PACKAGES" > "$CHROOT/.slurm-gavel-root"
+fi
+# slurmdbd 24.11.5 does not start against trixie's MariaDB 11.8: the root gets the host's
+# (Debian 12's) MariaDB 10.11 in /opt/mariadb-10.11, run by the host's loader and libraries
+# (tools/chroot-mariadb-10.11.sh), when the host has it (tools/setup-env.sh installs it).
+MARIADB=/opt/mariadb-10.11
+if [ -x /usr/sbin/mariadbd ]; then
+    want="$(/usr/sbin/mariadbd --version)"
+    if [ "$(cat "$CHROOT$MARIADB/VERSION" 2>/dev/null)" != "$want" ]; then
+        echo "slurm-chroot: putting the host's MariaDB into $CHROOT$MARIADB" >&2
+        bash "$ROOT/tools/chroot-mariadb-10.11.sh" "$CHROOT" > "$(dirname "$CHROOT")/slurm-gavel-mariadb.log" 2>&1 \
+            || { echo "slurm-chroot: see $(dirname "$CHROOT")/slurm-gavel-mariadb.log" >&2; exit 1; }
+        echo "$want" > "$CHROOT$MARIADB/VERSION"
+    fi
 fi
 VENV_PY="$ROOT/.venv/bin/python"
 [ -x "$VENV_PY" ] || { echo "slurm-chroot: no $VENV_PY (run tools/setup-env.sh first)" >&2; exit 2; }
@@ -86,6 +99,6 @@ for name in $(compgen -e); do
     case "$name" in CI|GAVEL_*) keep+=("$name=${!name}");; esac
 done
 exec chroot "$R" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${keep[@]}" \
-    PATH="$ROOT/.venv/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    PATH="$ROOT/.venv/bin:/opt/mariadb-10.11/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     /bin/bash -c "cd \"\$0\" && exec \"\$@\"" "$ROOT" "$@"
 ' slurm-chroot "$CHROOT" "$ROOT" "$BASE" "$@"
