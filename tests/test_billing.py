@@ -16,6 +16,9 @@ from slurm_gavel.estimator.table import ThroughputTable
 from slurm_gavel.slurm.billing import speeds, suggest
 from slurm_gavel.slurm.store import SqliteStore
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 # A: v100 4x k80; B: v100 2x k80 (steps/s)
 TABLE = {"k80": {"('A', 1)": {"null": 1.0}, "('B', 1)": {"null": 2.0}},
          "v100": {"('A', 1)": {"null": 4.0}, "('B', 1)": {"null": 4.0}}}

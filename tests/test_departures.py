@@ -25,6 +25,9 @@ from slurm_gavel.slurm.records import final_from_job, final_from_sacct, parse_jo
 from slurm_gavel.slurm.store import SqliteStore
 from test_daemon import write_config
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

@@ -26,6 +26,9 @@ from slurm_gavel.slurm.history import (HISTORY_FIELDS, cluster_shape, parse_hist
                                        parse_history_parsable, read_history, replay_records)
 from slurm_gavel.slurm.records import parse_nodes
 
+# Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
+pytestmark = pytest.mark.slurm24
+
 
 def build(history, table, types, pattern=None, speeds=None):
     """slurm.history's records of `history`, through sim.replay.build (what the command does)."""

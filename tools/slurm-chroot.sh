@@ -86,6 +86,13 @@ mkdir -p "$R$ROOT" "$R$BASE"
 mount --bind "$ROOT" "$R$ROOT"
 mount --bind "$BASE" "$R$BASE"
 mount -o remount,bind,ro "$R$BASE"
+# The data beside the repository (../shared/data), read-only, for the tests that read it.
+if [ -d "$ROOT/../shared" ]; then
+    SHARED="$(cd "$ROOT/../shared" && pwd)"
+    mkdir -p "$R$SHARED"
+    mount --bind "$SHARED" "$R$SHARED"
+    mount -o remount,bind,ro "$R$SHARED"
+fi
 # The host names, read-only: Slurm resolves its own hostname.
 for f in /etc/hosts /etc/hostname; do
     [ -e "$f" ] || continue
