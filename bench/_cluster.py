@@ -35,13 +35,14 @@ def no_cluster() -> bool:
 
 @contextmanager
 def local_cluster(directory: Path, types: Mapping[str, tuple[int, int]],
-                  shards: int = 0) -> Iterator[DevCluster]:
+                  shards: int = 0, select_parameters: str = "") -> Iterator[DevCluster]:
     """A DevCluster of `types` in DIRECTORY/c on free ports, with `shards` per GPU (and the
-    job_submit.lua that asks them, written in DIRECTORY) when given; down after the block."""
+    job_submit.lua that asks them, written in DIRECTORY) when given, `select_parameters` added
+    to SelectTypeParameters; down after the block."""
     lua = shard_job_submit_lua(directory, shards) if shards else default_job_submit_lua()
     ctld, slurmd = pick_ports(len(node_list(types)))
     cluster = DevCluster(Path(directory) / "c", types, ctld_port=ctld, slurmd_port=slurmd,
-                         job_submit_lua=lua, shards=shards)
+                         job_submit_lua=lua, shards=shards, select_parameters=select_parameters)
     cluster.up()
     try:
         yield cluster

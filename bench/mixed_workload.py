@@ -3,7 +3,8 @@
 
 Starts a local cluster (3 GPU types x 2 nodes x 4 GPUs, the repository's
 job_submit.lua), submits the jobs (1- and 2-GPU jobs as `--gres=gpu:N`, 4- and
-8-GPU jobs as `--gpus=N`, which the daemon shapes each round: 1x4 or 2x2, 2x4),
+8-GPU jobs as `--gpus=N`, which the daemon shapes each round: 1x4 or 2x2, 2x4;
+with `--gres-upto 4` the 4-GPU jobs too ask `--gres=gpu:4`, a whole node),
 each one step per second, checkpointing on the preemption signal, and runs the
 daemon's own objects in this process until every job has finished.  Per round:
 
@@ -13,33 +14,45 @@ daemon's own objects in this process until every job has finished.  Per round:
 * the Slurm calls of the round (the plan's observe and enforce) and of the ticks
   after it (polls, deferred starts), with their seconds; of them, the reshapes
   (`scontrol update` with NumNodes: a distributed job's start) and their seconds;
-* with `--space-sharing`, the pairs started and their Slurm calls: the `scontrol
-  update` of each job of a pair (half its GPU's shards; the release is shared with
-  the round's other starts and not counted here), with their seconds.
+* with `--space-sharing`, the pairs started (by their jobs' GPUs) and their Slurm
+  calls: the `scontrol update` of each job of a pair (half its GPUs' shards; the
+  release is shared with the round's other starts and not counted here), with
+  their seconds.
 
-The 1-GPU jobs are convnet and rl-agent in turn: the throughput table
-(examples/toy_throughputs.json) has pair rows for the two, worth about 1.65 of a
-GPU's work where each alone is 1.  `--space-sharing` runs the same jobs on a shard
-cluster (4 shards per GPU; job_submit.lua with GAVEL_SHARDS_PER_GPU = 4, so 1-GPU
-jobs ask `shard:4`) with `space_sharing = true`, which gives the policy (max-min
-fairness, as `max_min_fairness_packed`) the pair throughputs (docs/space-sharing.md).
+The `--gres=gpu:N` jobs are convnet and rl-agent in turn: the throughput table
+(examples/toy_throughputs.json) has pair rows for the two 1-GPU jobs, worth about
+1.65 of a GPU's work where each alone is 1; it has none for bigger jobs, so the bench
+adds rl-agent's 2- and 4-GPU rows and 2- and 4-GPU pair rows, each the 1-GPU one
+times convnet's speed-up at that size on that type (1.8, 3.6).  `--space-sharing`
+runs the same jobs on a shard cluster (4 shards per GPU; job_submit.lua with
+GAVEL_SHARDS_PER_GPU = 4, so 1-GPU jobs ask `shard:4`) with `space_sharing = true`,
+which gives the policy (max-min fairness, as `max_min_fairness_packed`) the pair
+throughputs (docs/space-sharing.md) of 1-GPU jobs only (the engine drops the
+others: `max_pair_gpus = 1`).
+`--max-pair-gpus N` (Slurm 23.11+) adds SelectTypeParameters
+MULTIPLE_SHARING_GRES_PJ,ONE_TASK_PER_SHARING_GRES to that cluster and sets
+`max_pair_gpus = N`: pairs of two N-GPU jobs on the same N GPUs.  The `--gpus=N`
+jobs (shaped by the daemon) are never paired (pair_refused).
 
 Needs root, Slurm and MUNGE (as the tests do).
 
     python bench/mixed_workload.py                 # 8x1, 4x2, 3x4, 2x8 GPUs; 10 s rounds
     python bench/mixed_workload.py --space-sharing # the same, pairs of 1-GPU jobs allowed
+    bash tools/slurm-chroot.sh python bench/mixed_workload.py --max-pair-gpus 2  # and of 2-GPU jobs
+    bash tools/slurm-chroot.sh python bench/mixed_workload.py --max-pair-gpus 4 --gres-upto 4
     python bench/mixed_workload.py --jobs 4,2,2,1 --steps 20 --round 8
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,12 +62,13 @@ from slurm_gavel.slurm import config as config_mod  # noqa: E402
 from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
 from slurm_gavel.slurm.store import SqliteStore  # noqa: E402
 from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, slurm_version  # noqa: E402
+from slurm_gavel.slurm.multi_pairs import FIRST_VERSION, REQUIRED_FLAGS, version_text  # noqa: E402
 
 from _cluster import local_cluster, no_cluster  # noqa: E402
 
 SIZES = (1, 2, 4, 8)
-MODELS = {1: "convnet", 2: "language-model", 4: "convnet", 8: "language-model"}
-PARTNER = "rl-agent"      # every other 1-GPU job: the table's pair rows are convnet + rl-agent
+MODELS = {1: "convnet", 2: "convnet", 4: "convnet", 8: "language-model"}
+PARTNER = "rl-agent"      # every other --gres=gpu:N job: the pair rows are convnet + rl-agent
 SHARDS = 4                # per GPU, with --space-sharing
 # One step per second on the batch node; on USR2 its step is saved and it exits 85 (requeued held).
 JOB = r"""#!/bin/bash
@@ -84,7 +98,9 @@ class Recorder:
         self.calls: dict[tuple[int, str], list[float]] = defaultdict(list)      # (round, phase)
         self.reshapes: dict[tuple[int, str], list[float]] = defaultdict(list)
         self.pair_calls: dict[tuple[int, str], list[float]] = defaultdict(list)  # a pair's updates
+        self.pair_refused = 0        # of them, failed (24.11 refuses a partition change at random: retried)
         self.pairs: dict[tuple[int, str], int] = defaultdict(int)              # pairs started
+        self.pair_sizes: Counter = Counter()                                    # by a job's GPUs
         self.busy: dict[int, float] = defaultdict(float)                        # GPU-seconds
         self.started: dict[int, float] = {}
         self.observed: dict[int, float] = {}     # the round's own observation: credited up to here
@@ -93,8 +109,11 @@ class Recorder:
 
         def timed_run(args, *a, **k):
             t0 = time.perf_counter()
+            ok = False
             try:
-                return run(args, *a, **k)
+                out = run(args, *a, **k)
+                ok = True
+                return out
             finally:
                 key = self._key()
                 spent = time.perf_counter() - t0
@@ -106,6 +125,7 @@ class Recorder:
                         j in backend._planned and len(backend._planned[j].jobs) > 1
                         for j in _update_ids(args)):
                     self.pair_calls[key].append(spent)     # a pair's job: its shards, its node
+                    self.pair_refused += not ok
 
         def timed_plan(*a, **k):
             self.in_plan = True
@@ -128,7 +148,9 @@ class Recorder:
             try:
                 return start(*a, **k)
             finally:
-                self.pairs[self._key()] += len(set(backend._pairs.values()) - before)
+                new = set(backend._pairs.values()) - before
+                self.pairs[self._key()] += len(new)
+                self.pair_sizes.update(a.gpus for a in new)
         cli.run, engine.plan, backend.observe = timed_run, timed_plan, counted_observe
         backend._start_deferred = counted_start
 
@@ -143,28 +165,48 @@ def _update_ids(args) -> list[str]:
 
 
 class Alarms(logging.Handler):
-    """The daemon's space-sharing complaints: pairs not started (with why) and GPUs found
-    split or shared by a third job (docs/space-sharing.md), counted."""
+    """The daemon's space-sharing complaints: pairs not started (with why), pairs Slurm
+    split at their start and the backend requeued, and GPUs found split or shared by a
+    third job (docs/space-sharing.md), counted."""
 
     def __init__(self):
         super().__init__(logging.WARNING)
-        self.refused, self.shared = [], []
+        self.refused, self.undone, self.shared = [], [], []
 
     def emit(self, record):
         text = record.getMessage()
         if "not started (space sharing)" in text:
             self.refused.append(text)
+        if "landed on two GPUs" in text:
+            self.undone.append(text)
         if "shares GPU" in text or "does not share a GPU" in text:
             self.shared.append(text)
 
 
-def _submit(cluster, tmp: Path, gpus: int, steps: int, model: str) -> str:
-    request = [f"--gres=gpu:{gpus}"] if gpus <= 2 else [f"--gpus={gpus}"]
+def _submit(cluster, tmp: Path, gpus: int, steps: int, model: str, gres_upto: int) -> str:
+    request = [f"--gres=gpu:{gpus}"] if gpus <= gres_upto else [f"--gpus={gpus}"]
     out = cluster.run(["sbatch", "--parsable", f"--export=ALL,TOTAL={steps},JOBDIR={tmp},"
                        f"GAVEL_PROGRESS_DIR={tmp / 'progress'}", "-o", str(tmp / "out-%j.txt"),
                        "--comment", f"gavel model={model} steps={steps}", *request,
                        str(tmp / "job.sh")]).stdout
     return out.strip().split(";")[0]
+
+
+def _table(tmp: Path) -> Path:
+    """The toy table plus rl-agent's 2- and 4-GPU rows and convnet + rl-agent 2- and 4-GPU
+    pair rows, each the 1-GPU one times convnet's speed-up at that size on that type (the
+    toy table pairs 1-GPU jobs only), in `tmp`."""
+    table = json.loads((ROOT / "examples" / "toy_throughputs.json").read_text())
+    one, alone = "('convnet', 1)", f"('{PARTNER}', 1)"
+    for rows in table.values():
+        for size in (2, 4):
+            key, partner = f"('convnet', {size})", f"('{PARTNER}', {size})"
+            up = rows[key]["null"] / rows[one]["null"]
+            rows[partner] = {"null": rows[alone]["null"] * up}
+            rows[key][partner] = [v * up for v in rows[one][alone]]
+    path = tmp / "throughputs.json"
+    path.write_text(json.dumps(table, indent=1))
+    return path
 
 
 def _left(cluster, jobs) -> list[str]:
@@ -182,16 +224,33 @@ def main(argv=None) -> int:
     p.add_argument("--log", type=Path, help="also write the daemon's log (INFO) to this file")
     p.add_argument("--space-sharing", action="store_true",
                    help="a shard cluster and space_sharing = true: pairs of 1-GPU jobs allowed")
+    p.add_argument("--max-pair-gpus", type=int, default=1, metavar="N",
+                   help="max_pair_gpus = N: pairs of jobs of up to N GPUs too (implies --space-sharing; "
+                        "Slurm 23.11+, the cluster with SelectTypeParameters " + ",".join(REQUIRED_FLAGS) + ")")
+    p.add_argument("--gres-upto", type=int, choices=(2, 4), default=2, metavar="N",
+                   help="jobs of up to N GPUs (2 or 4) ask --gres=gpu:N on one node, and are "
+                        "convnet and rl-agent in turn; bigger ones --gpus=N (default 2)")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.jobs.split(",")]
+    if args.max_pair_gpus < 1:
+        p.error("--max-pair-gpus must be 1 or more")
+    args.space_sharing = args.space_sharing or args.max_pair_gpus > 1
     if no_cluster():
+        return 2
+    if args.max_pair_gpus > 1 and slurm_version()[:2] < FIRST_VERSION:
+        # 22.05's slurmctld does not even start with the flags ("Bad SelectTypeParameter")
+        print(f"--max-pair-gpus {args.max_pair_gpus} needs Slurm 23.11+ ({', '.join(REQUIRED_FLAGS)}); "
+              f"this is {version_text(slurm_version())}: run it with bash tools/slurm-chroot.sh "
+              "(Slurm 24.11)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="gavel-mixed-", dir="/tmp") as tmp:
         tmp = Path(tmp)
         (tmp / "progress").mkdir()
         (tmp / "job.sh").write_text(JOB)
         # --space-sharing: 1-GPU gavel jobs ask a whole GPU's shards
-        with local_cluster(tmp, DEFAULT_TYPES, shards=SHARDS if args.space_sharing else 0) as cluster:
+        flags = ",".join(REQUIRED_FLAGS) if args.max_pair_gpus > 1 else ""
+        with local_cluster(tmp, DEFAULT_TYPES, shards=SHARDS if args.space_sharing else 0,
+                           select_parameters=flags) as cluster:
             return _run(cluster, tmp, counts, args)
 
 
@@ -200,13 +259,13 @@ def _run(cluster, tmp: Path, counts, args) -> int:
     jobs = {}
     for size, n in zip(SIZES, counts):
         for k in range(n):
-            model = PARTNER if size == 1 and k % 2 else MODELS[size]
-            jobs[_submit(cluster, tmp, size, args.steps, model)] = size
+            model = PARTNER if size <= args.gres_upto and k % 2 else MODELS[size]
+            jobs[_submit(cluster, tmp, size, args.steps, model, args.gres_upto)] = size
     config = config_mod.from_dict({
         "slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
-        "progress_dir": str(tmp / "progress"), "throughputs": str(ROOT / "examples" / "toy_throughputs.json"),
+        "progress_dir": str(tmp / "progress"), "throughputs": str(_table(tmp)),
         "round_seconds": args.round, "tick_seconds": 1, "grace_seconds": 10,
-        "space_sharing": bool(args.space_sharing)}, source="bench")
+        "space_sharing": bool(args.space_sharing), "max_pair_gpus": args.max_pair_gpus}, source="bench")
     alarms = Alarms()
     logger = logging.getLogger("slurm_gavel")
     logger.addHandler(alarms)
@@ -235,7 +294,9 @@ def _run(cluster, tmp: Path, counts, args) -> int:
     version = ".".join(map(str, slurm_version()))
     print(f"Slurm {version}; {len(jobs)} jobs ({', '.join(f'{n}x{g} GPU' for n, g in zip(counts, SIZES))}), "
           f"{args.steps} steps each, {gpus_total} GPUs, {args.round:.0f} s rounds, "
-          f"space sharing {'on' if args.space_sharing else 'off'}")
+          f"space sharing {'on' if args.space_sharing else 'off'}, "
+          f"pairs of up to {daemon.backend.max_pair_gpus} GPUs (max_pair_gpus {args.max_pair_gpus}), "
+          f"--gres=gpu:N up to {args.gres_upto} GPUs")
     print(f"{'finished' if finished.is_set() else 'NOT finished'} in {wall:.0f} s, {daemon.engine.round} rounds")
     rounds = sorted(rec.observed)
     print(f"{'round':>5} {'busy GPU-s':>10} {'util':>5} {'calls':>5} {'round s':>7} {'reshapes':>8} "
@@ -261,12 +322,15 @@ def _run(cluster, tmp: Path, counts, args) -> int:
         print(f"reshapes: {len(per_reshape)}, median {statistics.median(per_reshape) * 1000:.1f} ms, "
               f"max {max(per_reshape) * 1000:.1f} ms")
     pairs = sum(rec.pairs.values())
-    print(f"pairs started: {pairs}; their jobs' updates: {len(per_pair_call)}"
+    print(f"pairs started: {pairs} ({', '.join(f'{rec.pair_sizes[g]} of {g}-GPU jobs' for g in (1, 2, 4))})"
+          f"; their jobs' updates: {len(per_pair_call)}"
           + (f", median {statistics.median(per_pair_call) * 1000:.1f} ms, max {max(per_pair_call) * 1000:.1f} ms, "
-             f"{sum(per_pair_call):.3f} s in all" if per_pair_call else ""))
+             f"{sum(per_pair_call):.3f} s in all, {rec.pair_refused} refused by Slurm (tried again)"
+             if per_pair_call else ""))
     print(f"pairs not started (space sharing, logged with why): {len(alarms.refused)}; "
+          f"split at their start and requeued: {len(alarms.undone)}; "
           f"GPUs found split or shared by a third job: {len(alarms.shared)}")
-    for text in (alarms.refused + alarms.shared)[:12]:
+    for text in (alarms.refused[:6] + alarms.undone + alarms.shared):
         print(f"  {text[:200]}")
     rounds_calls = [len(rec.calls[(r, "round")]) for r in rounds]
     rounds_secs = [sum(rec.calls[(r, "round")]) for r in rounds]
@@ -283,9 +347,15 @@ def _run(cluster, tmp: Path, counts, args) -> int:
     print(f"the database's job_time x GPUs: {ledger:.0f} GPU-seconds")
     logging.getLogger("slurm_gavel").removeHandler(alarms)
     done = [j for j in jobs if _steps(tmp, j) == args.steps]      # each job's own step file
+    for size in SIZES:
+        ids = [j for j, g in jobs.items() if g == size]
+        if ids:
+            print(f"steps done, {size}-GPU jobs: " + " ".join(f"{j}:{_steps(tmp, j)}" for j in ids))
     print(f"jobs that did all {args.steps} steps: {len(done)} of {len(jobs)}"
           + (f" (not: {', '.join(j for j in jobs if j not in done)})" if len(done) < len(jobs) else ""))
-    return 0 if finished.is_set() and len(done) == len(jobs) and not alarms.shared else 1
+    # and the pairs asked for were allowed (the daemon says why not at its start)
+    ok = daemon.backend.max_pair_gpus == args.max_pair_gpus
+    return 0 if ok and finished.is_set() and len(done) == len(jobs) and not alarms.shared else 1
 
 
 def _steps(tmp: Path, job: str) -> int:
