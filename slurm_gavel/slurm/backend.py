@@ -89,7 +89,7 @@ from .multi_pairs import Requests
 from .pair_room import NodeRoom, first_fit_gpus, gpu_room, pair_gpus, take
 from .records import (FinalState, SlurmJob, SlurmNode, final_from_job, final_from_sacct,
                       parse_jobs, parse_nodes, parse_sacct)
-from .commands import Backoff, SlurmCLI, SlurmCommandError
+from .commands import Backoff, SlurmCLI, SlurmCommandError, ended_jobs
 from .feasibility import accepts, judge
 from .gputypes import TypeMap, discover
 from .sharing import SpaceSharing, _id_order, _indices
@@ -871,10 +871,23 @@ class SlurmBackend(SpaceSharing):
         if not stop:
             return
         self._act(f"signal {self.signal}", stop,
-                  lambda: self.cli.signal(stop, self.signal, full=self.signal_all_steps), why=why)
+                  lambda: self._signal_live(stop), why=why)
         now = self.clock.now()
         for job in stop:
             self._preempted[job] = _Preempted(now)
+
+    def _signal_live(self, stop: list[str]) -> None:
+        """Signal `stop`; a job that ended since the poll is not a failure (scancel signals
+        the others and names it): said at INFO, the next poll sees it leave."""
+        try:
+            self.cli.signal(stop, self.signal, full=self.signal_all_steps)
+        except SlurmCommandError as e:
+            ended = ended_jobs(e.stderr, stop)
+            if ended is None:
+                raise
+            for job in sorted(ended):
+                log.info("signal %s: job %s had already ended (scancel: no such job to signal); "
+                         "the others were signalled", self.signal, job)
 
     def _signal_young(self, now: float) -> None:
         """Signal the preempted jobs whose minimum run is over (`_young`); one that stopped

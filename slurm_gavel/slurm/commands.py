@@ -61,6 +61,24 @@ class SlurmCommandError(GavelError):
         super().__init__(f"`{' '.join(self.command)}` {what}{detail}")
 
 
+# What scancel says of a job that has ended (or is ending) by the time it is signalled
+# (22.05.8 and 24.11.5: "Invalid job id specified" once the job is done).
+_ENDED = re.compile(r"^scancel: error: Kill job error on job id ([0-9]+(?:_[0-9]+)?): "
+                    r"(?:Invalid job id specified|Job/step already completing or completed)$")
+
+
+def ended_jobs(stderr: str, ids: Iterable[str]) -> set[str] | None:
+    """The jobs of `ids` that a failed scancel says have ended, when that is all its error
+    output says; None when it says anything else (a real failure)."""
+    wanted, ended = {str(i) for i in ids}, set()
+    for line in (stderr or "").strip().splitlines():
+        m = _ENDED.match(line.strip())
+        if m is None or m.group(1) not in wanted:
+            return None
+        ended.add(m.group(1))
+    return ended or None
+
+
 def job_ids(ids: Iterable[str]) -> list[str]:
     out = [str(i) for i in ids]
     for i in out:
