@@ -282,9 +282,10 @@ def harness(request, tmp_path):
 
 
 def slurm_max_pair_gpus() -> int | None:
-    """What pair rows the Slurm backend runs (core/backend.py): the simulator mimics it here."""
+    """What pair rows the Slurm backend runs (core/backend.py): the simulator mimics it here
+    (its `pair_limit` by default; `max_pair_gpus` is 0 only on nodes bound to sockets)."""
     from slurm_gavel.slurm.backend import SlurmBackend
-    return SlurmBackend.max_pair_gpus
+    return SlurmBackend.pair_limit
 
 
 @pytest.fixture(params=["simulated", "slurm"])

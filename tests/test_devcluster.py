@@ -116,6 +116,33 @@ def test_render_gres_and_cgroup_conf():
     assert "CgroupPlugin=disabled" in render_cgroup_conf((24, 11, 5))
 
 
+def test_a_node_of_two_sockets_binds_its_gpus_and_shards_to_them():
+    """`sockets=2`: Sockets=2 CoresPerSocket=4 ThreadsPerCore=1 for 4 GPUs (8 CPUs), GPUs 0,1
+    on cores 0-3 and 2,3 on 4-7, in the GPU lines and (unless bind_shards=False) the shard
+    lines; the default node has none of it."""
+    types = {"v100": (1, 4)}
+    node = [l for l in render_slurm_conf("/x/c", types, 1, 2, shards=4, sockets=2).splitlines()
+            if l.startswith("NodeName=")]
+    assert node == ["NodeName=v100-0 NodeHostname=localhost NodeAddr=127.0.0.1 Port=2 CPUs=8 "
+                    "Sockets=2 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=16384 "
+                    "Gres=gpu:v100:4,shard:16 State=UNKNOWN"]
+    assert "Sockets=" not in render_slurm_conf("/x/c", types, 1, 2, shards=4)
+    gres = render_gres_conf("/x/c", types, 4, sockets=2).splitlines()[2:]
+    assert gres == ["NodeName=v100-0 Name=gpu Type=v100 File=/x/c/gpus/v100-0/gpu[0-1] Cores=0-3",
+                    "NodeName=v100-0 Name=gpu Type=v100 File=/x/c/gpus/v100-0/gpu[2-3] Cores=4-7",
+                    *(f"NodeName=v100-0 Name=shard Count=4 File=/x/c/gpus/v100-0/gpu{k} "
+                      f"Cores={'0-3' if k < 2 else '4-7'}" for k in range(4))]
+    loose = render_gres_conf("/x/c", types, 4, sockets=2, bind_shards=False)
+    assert "gpu2 Cores=" not in loose and "gpu[2-3] Cores=4-7" in loose
+    assert "Cores=" not in render_gres_conf("/x/c", types, 4)
+    assert render_gres_conf("/x/c", {"v100": (1, 2)}, 0, sockets=2).splitlines()[2:] == [
+        "NodeName=v100-0 Name=gpu Type=v100 File=/x/c/gpus/v100-0/gpu0 Cores=0-1",
+        "NodeName=v100-0 Name=gpu Type=v100 File=/x/c/gpus/v100-0/gpu1 Cores=2-3"]
+    for bad in (1, 3, -2):
+        with pytest.raises(InputError, match="sockets"):
+            DevCluster("/tmp/x-sockets", types, sockets=bad)
+
+
 def test_parse_version_and_types():
     assert parse_version("slurm-wlm 22.05.8\n") == (22, 5, 8)
     assert parse_version("slurm 24.11.5") == (24, 11, 5)

@@ -14,7 +14,10 @@
 Each GPU type gets a partition named after it with nodes TYPE-0, TYPE-1, ...
 ("GRES-typed partitions": jobs ask for `--gres=gpu:N`, the partition picks the
 type); or, with `mixed="gpu"`, one partition of that name holds every node
-(mixed GPU nodes, typed GRES: the node list picks the type, slurm/gputypes.py).  Every node is a slurmd on localhost with its own port.  `down()` stops
+(mixed GPU nodes, typed GRES: the node list picks the type, slurm/gputypes.py).  With
+`sockets=2`, each node has two sockets and gres.conf binds each half of its GPUs (and their
+shards) to one socket's cores (`Cores=`; slurmd takes them on this fake hardware with
+SlurmdParameters=config_overrides; docs/space-sharing.md, "Sockets").  Every node is a slurmd on localhost with its own port.  `down()` stops
 exactly the processes `up()` started, by pid, and the slurmstepd processes of
 their jobs; never anything found by name.  Client commands need `env`
 (SLURM_CONF=<directory>/slurm.conf), or use `run()`.
@@ -81,13 +84,16 @@ def node_list(types: Mapping[str, tuple[int, int]]) -> list[tuple[str, str, int]
 def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port: int,
                       slurmd_port: int, job_submit: bool = False,
                       requeue_exit_hold: int = 85, dbd_port: int | None = None,
-                      mixed: str | None = None, shards: int = 0, select_parameters: str = "") -> str:
+                      mixed: str | None = None, shards: int = 0, select_parameters: str = "",
+                      sockets: int = 0) -> str:
     """slurm.conf of a cluster in `directory` (an absolute path); no I/O.  With `dbd_port`,
     accounting through the slurmdbd listening there (see `render_slurmdbd_conf`); with
     `mixed`, one partition of that name with every node instead of one per GPU type.  With
     `shards` (per GPU), every node also offers gres/shard: `shards` x its GPUs
     (docs/space-sharing.md).  `select_parameters` are added to SelectTypeParameters
-    (e.g. "MULTIPLE_SHARING_GRES_PJ", 23.11+)."""
+    (e.g. "MULTIPLE_SHARING_GRES_PJ", 23.11+).  With `sockets`, each node has that many
+    sockets of equal cores, one thread per core (`socket_layout`), which gres.conf binds
+    its GPUs to."""
     d = str(directory)
     nodes = node_list(types)
     lines = [
@@ -154,7 +160,8 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
         "one partition of mixed GPU nodes." if mixed else "one partition per GPU type."))
     for k, (name, gpu_type, gpus) in enumerate(nodes):
         lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                     f"Port={slurmd_port + k} CPUs={2 * gpus} RealMemory={4096 * gpus} "
+                     f"Port={slurmd_port + k} CPUs={2 * gpus} {_topology(gpus, sockets)}"
+                     f"RealMemory={4096 * gpus} "
                      f"Gres=gpu:{gpu_type}:{gpus}{f',shard:{shards * gpus}' if shards else ''} "
                      "State=UNKNOWN")
     if mixed:
@@ -193,21 +200,49 @@ def render_slurmdbd_conf(directory, dbd_port: int, db_port: int, db_password: st
     ]) + "\n"
 
 
+def socket_layout(gpus: int, sockets: int) -> list[tuple[str, str]]:
+    """A node of `gpus` GPUs (2 cores each) over `sockets` sockets: per socket, its GPUs and
+    its cores as Slurm ranges ("0-1", "0-3"), GPUs split evenly in index order (GPUs 0,1 on
+    socket 0's cores, 2,3 on socket 1's for 4 GPUs over 2 sockets)."""
+    gpg, cps = gpus // sockets, 2 * gpus // sockets
+    span = lambda lo, n: f"{lo}-{lo + n - 1}" if n > 1 else f"{lo}"
+    return [(span(s * gpg, gpg), span(s * cps, cps)) for s in range(sockets)]
+
+
+def _topology(gpus: int, sockets: int) -> str:
+    """The node line's socket fields (ending in a space), or nothing for the default node."""
+    if not sockets:
+        return ""
+    return f"Sockets={sockets} CoresPerSocket={2 * gpus // sockets} ThreadsPerCore=1 "
+
+
 def render_gres_conf(directory, types: Mapping[str, tuple[int, int]], shards: int = 0,
-                     shard_flags: str = "") -> str:
+                     shard_flags: str = "", sockets: int = 0, bind_shards: bool = True) -> str:
     """gres.conf: each node's GPUs are empty files (Slurm drops a GPU without File=).  With
     `shards`, each GPU also gets that many shards (one line per GPU file, so that a job's
-    shards name their GPU), with `shard_flags` (e.g. "one_sharing") on every shard line."""
+    shards name their GPU), with `shard_flags` (e.g. "one_sharing") on every shard line.
+    With `sockets`, every GPU and shard line says `Cores=` the cores of its GPU's socket
+    (`socket_layout`), the shard lines only with `bind_shards`: Slurm then gives a job the
+    GPUs (shards) on its cores' sockets first (docs/space-sharing.md, "Sockets")."""
     lines = ["# Fake GPUs of a local test cluster, written by slurm_gavel.slurm.devcluster.",
              "AutoDetect=off"]
     flags = f" Flags={shard_flags}" if shard_flags else ""
     for name, gpu_type, gpus in node_list(types):
-        files = f"gpu[0-{gpus - 1}]" if gpus > 1 else "gpu0"
-        lines.append(f"NodeName={name} Name=gpu Type={gpu_type} "
-                     f"File={directory}/gpus/{name}/{files}")
+        if sockets:
+            cores = []
+            for gpu_range, core_range in socket_layout(gpus, sockets):
+                files = f"gpu[{gpu_range}]" if "-" in gpu_range else f"gpu{gpu_range}"
+                lines.append(f"NodeName={name} Name=gpu Type={gpu_type} "
+                             f"File={directory}/gpus/{name}/{files} Cores={core_range}")
+                cores += [core_range] * (gpus // sockets)
+        else:
+            files = f"gpu[0-{gpus - 1}]" if gpus > 1 else "gpu0"
+            lines.append(f"NodeName={name} Name=gpu Type={gpu_type} "
+                         f"File={directory}/gpus/{name}/{files}")
         for k in range(gpus if shards else 0):
+            bound = f" Cores={cores[k]}" if sockets and bind_shards else ""
             lines.append(f"NodeName={name} Name=shard Count={shards} "
-                         f"File={directory}/gpus/{name}/gpu{k}{flags}")
+                         f"File={directory}/gpus/{name}/gpu{k}{bound}{flags}")
     return "\n".join(lines) + "\n"
 
 
@@ -474,7 +509,7 @@ class DevCluster:
                  ctld_port: int = DEFAULT_CTLD_PORT, slurmd_port: int = DEFAULT_SLURMD_PORT,
                  job_submit_lua=None, requeue_exit_hold: int = 85, accounting: bool = False,
                  mixed: str | None = None, shards: int = 0, shard_flags: str = "",
-                 select_parameters: str = ""):
+                 select_parameters: str = "", sockets: int = 0, bind_shards: bool = True):
         if select_parameters and not re.fullmatch(r"[A-Z_]+(,[A-Z_]+)*", str(select_parameters)):
             raise InputError("select_parameters", f"{select_parameters!r}: NAME[,NAME...] in capitals")
         self.select_parameters = str(select_parameters)
@@ -490,6 +525,10 @@ class DevCluster:
         self.db_port: int | None = None
         self.types = dict(DEFAULT_TYPES if types is None else types)
         _check_types(self.types)
+        self.sockets, self.bind_shards = int(sockets), bool(bind_shards)
+        if self.sockets and (self.sockets < 2 or any(gpus % self.sockets
+                                                     for _, gpus in self.types.values())):
+            raise InputError("sockets", f"{sockets}: 2 or more, dividing every node's GPUs")
         self.nodes = [name for name, _, _ in node_list(self.types)]
         self.ctld_port, self.slurmd_port = int(ctld_port), int(slurmd_port)
         self.job_submit_lua = Path(job_submit_lua) if job_submit_lua else None
@@ -597,7 +636,8 @@ class DevCluster:
                 _write_atomic(password, secrets.token_hex(16), mode=0o600)
             _write_atomic(self.slurmdbd_conf, render_slurmdbd_conf(
                 d, self.dbd_port, self.db_port, password.read_text().strip()), mode=0o600)
-        _write_atomic(d / "gres.conf", render_gres_conf(d, self.types, self.shards, self.shard_flags))
+        _write_atomic(d / "gres.conf", render_gres_conf(d, self.types, self.shards, self.shard_flags,
+                                                       self.sockets, self.bind_shards))
         cgroup = render_cgroup_conf(version)
         if cgroup:
             _write_atomic(d / "cgroup.conf", cgroup)
@@ -615,7 +655,8 @@ class DevCluster:
         return render_slurm_conf(self.directory, self.types, self.ctld_port, self.slurmd_port,
                                  bool(self.job_submit_lua), self.requeue_exit_hold,
                                  self.dbd_port if self.accounting else None, mixed=self.mixed,
-                                 shards=self.shards, select_parameters=self.select_parameters)
+                                 shards=self.shards, select_parameters=self.select_parameters,
+                                 sockets=self.sockets)
 
     def _record(self, name: str, pid: int):
         state = self._load_state()

@@ -21,7 +21,10 @@ What is checked, and why the daemon needs it:
 * with `space_sharing = true`: no `SelectTypeParameters` flag that moves shards off the
   first GPU with room (`LL_SHARED_GRES` splits a pair's halves over two GPUs;
   `MULTIPLE_SHARING_GRES_PJ` lets a one-GPU job's shards spread over two half-used
-  GPUs; both measured on 24.11.5, docs/space-sharing.md);
+  GPUs; both measured on 24.11.5, docs/space-sharing.md); and no node whose shards are
+  bound to 2+ sockets (gres.conf `Cores=`, `(S:0-1)` in its gres): Slurm gives a shard job
+  a GPU on its cores' socket first, so the daemon starts no pair there (measured on 22.05.8
+  and 24.11.5);
 * the daemon runs as root or SlurmUser (it holds, moves and releases others' jobs);
 * the database: its directory exists, and the file (with its `-wal`/`-shm`) is readable
   by other users, who run `gqueue`;
@@ -175,6 +178,26 @@ def check_sharing_select(conf: dict[str, str], space_sharing: bool, max_pair_gpu
                            "two other jobs; slurm-gavel pairs one-GPU jobs only and does not use it",
                            "remove MULTIPLE_SHARING_GRES_PJ from SelectTypeParameters"))
     return out
+
+
+def check_shard_sockets(nodes_data: dict, space_sharing: bool) -> list[dict]:
+    """Nodes whose shards are bound to 2+ sockets (gres.conf Cores=, `(S:0-1)` in their gres):
+    Slurm gives a shard job a GPU on its cores' socket first, which the daemon's first fit
+    cannot know, so it starts no pair there (docs/space-sharing.md, "Sockets")."""
+    if not space_sharing:
+        return []
+    bound = sorted((n.name, n.shard_sockets) for n in parse_nodes(nodes_data)
+                   if n.shards and n.shard_sockets > 1)
+    if not bound:
+        return []
+    names = ",".join(name for name, _ in bound[:10]) + (" ..." if len(bound) > 10 else "")
+    counts = "/".join(str(k) for k in sorted({k for _, k in bound}))
+    return [finding("warning", "space_sharing", f"node {names}: GPUs (shards) bound to {counts} "
+                    "sockets (gres.conf Cores=): Slurm gives a shard job a GPU on its cores' socket "
+                    "first, so the two halves of a pair can land on two GPUs (measured: GPUs 0 and 2 "
+                    "of an empty node); the daemon starts no pair there, its jobs run alone",
+                    "jobs alone need nothing; pairs need nodes whose gres.conf GPU lines have no "
+                    "Cores= (a shard line takes its GPU's), or set space_sharing = false")]
 
 
 def check_plugin_file(conf: dict[str, str], shipped: Path | None) -> list[dict]:
@@ -424,6 +447,7 @@ def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
             data = cli.nodes()
             raw_nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)]
             out += check_nodes(data, dict(config.partitions), dict(config.gpu_types))
+            out += check_shard_sockets(data, bool(getattr(config, "space_sharing", False)))
         except GavelError as e:
             out.append(finding("error", "slurm", f"cannot list the nodes: {e}", "check slurmctld's log"))
     out += check_database(config.database)

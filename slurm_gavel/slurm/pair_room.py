@@ -3,7 +3,11 @@
 Slurm gives a shard job the first GPU of its node, in gres.conf order, with room for its
 whole count (`_pick_specific_topo` in cons_common/gres_select_filter.c at 22.05.8,
 `_pick_shared_gres_topo` in cons_tres/gres_select_filter.c at 24.11.5; without
-`Flags=one_sharing` or `SelectTypeParameters=LL_SHARED_GRES`, which change the order).  The two halves of a pair, released together, therefore land
+`Flags=one_sharing` or `SelectTypeParameters=LL_SHARED_GRES`, which change the order), on a
+node whose GPUs are not bound to sockets: where gres.conf `Cores=` binds them, Slurm looks at
+the GPUs on the job's cores' sockets first, which this model cannot see (a pair on an empty
+two-socket node got GPUs 0 and 2: tests/test_pair_sockets.py), so the backend starts no
+pair there (sharing.py `_pair_problem`).  The two halves of a pair, released together, therefore land
 on one GPU for certain only when (a) the first GPU with room for the smaller half has
 room for both (whichever half Slurm places first, both then go there), (b) Slurm places
 them now, not later as room appears half a GPU at a time (a pair released onto a full

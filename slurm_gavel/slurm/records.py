@@ -336,6 +336,7 @@ class SlurmNode:
     cpus: int | None = None
     features: tuple[str, ...] = ()       # active features
     shards: int = 0                      # gres/shard of the node (all its GPUs together)
+    shard_sockets: int = 0               # sockets its shards are bound to (gres.conf Cores=)
 
     @property
     def usable(self) -> bool:
@@ -556,6 +557,31 @@ def _node_shards(value: Any) -> int:
     return 0
 
 
+_SHARD_SOCKETS = re.compile(r"(?:^|,)\s*shard(?::[A-Za-z0-9_.\-]+)?:\d+\(S:([^)]*)\)")
+
+
+def shard_sockets(value: Any) -> int:
+    """How many sockets a node's shards are bound to, from its gres: 'gpu:v100:4(S:0-1),
+    shard:v100:16(S:0-1)' -> 2, '(S:0)' -> 1, no '(S:...)' -> 0 (no gres.conf Cores=).
+    Slurm gives a shard job a GPU on its cores' sockets first (docs/space-sharing.md,
+    "Sockets"); a list that cannot be read counts as 2, on the safe side."""
+    m = _SHARD_SOCKETS.search(text(value))
+    if not m:
+        return 0
+    listed: set[int] = set()
+    counted = 0                                  # ranges too long to list
+    for item in m.group(1).split(","):
+        r = re.fullmatch(r"\s*(\d{1,9})(?:-(\d{1,9}))?\s*", item)
+        if not r or int(r.group(2) or r.group(1)) < int(r.group(1)):
+            return max(2, len(listed) + counted)
+        low, high = int(r.group(1)), int(r.group(2) or r.group(1))
+        if high - low >= 1024:
+            counted += high - low + 1
+        else:
+            listed.update(range(low, high + 1))
+    return len(listed) + counted
+
+
 def parse_nodes(data: dict) -> list[SlurmNode]:
     nodes = []
     for n in data.get("nodes") or []:
@@ -572,7 +598,8 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
                                partitions=tuple(parts), gpu_type=gpu_type, gpus=gpus,
                                memory=_positive(n.get("real_memory")),
                                cpus=int(cpus) if cpus else None, features=_names(features),
-                               shards=_node_shards(n.get("gres"))))
+                               shards=_node_shards(n.get("gres")),
+                               shard_sockets=shard_sockets(n.get("gres"))))
     return nodes
 
 

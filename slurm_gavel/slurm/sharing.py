@@ -36,12 +36,27 @@ class SpaceSharing:
     # per-node shard count sits on one GPU; the engine offers the policy no other pair row,
     # and `_pair_problem` refuses one all the same.  `allow_pair_gpus` raises it on a Slurm
     # that runs multi-GPU pairs (multi_pairs.py), when the admin asks.
-    max_pair_gpus = 1
+    pair_limit = 1
+
+    @property
+    def max_pair_gpus(self) -> int:
+        """`pair_limit`, or 0 (no pair row offered to the policy) while every node of ours
+        with shards has them bound to 2+ sockets, where no pair is started (`_shard_sockets`):
+        a share given to a pair there would go unused."""
+        shard_nodes = [n for n in self._nodes if n.shards and
+                       any(p in self.partitions for p in n.partitions)]
+        if shard_nodes and all(n.shard_sockets > 1 for n in shard_nodes):
+            return 0
+        return self.pair_limit
+
+    @max_pair_gpus.setter
+    def max_pair_gpus(self, value: int) -> None:
+        self.pair_limit = value
 
     def allow_pair_gpus(self, wanted: int, version: tuple[int, ...], conf) -> str:
-        """Set `max_pair_gpus` to `wanted` if this Slurm can run such pairs (23.11+, both
+        """Set `pair_limit` to `wanted` if this Slurm can run such pairs (23.11+, both
         SelectTypeParameters flags: multi_pairs.allowed_pair_gpus), else 1; says why."""
-        self.max_pair_gpus, why = allowed_pair_gpus(int(wanted), tuple(version), conf)
+        self.pair_limit, why = allowed_pair_gpus(int(wanted), tuple(version), conf)
         return why
 
     def shards_per_gpu(self, node: str) -> int:
@@ -50,6 +65,12 @@ class SpaceSharing:
             self._shards_of = (self._nodes, {n.name: n.shards // n.gpus if n.gpus else 0
                                              for n in self._nodes})
         return self._shards_of[1].get(node, 0)
+
+    def _shard_sockets(self, node: str) -> int:
+        """The sockets `node`'s shards are bound to (records.shard_sockets); 0: not bound.  On
+        more than one, which GPU a shard job gets depends on its cores, which first fit
+        (pair_room.py) cannot know: no pair starts there (measured, tests/test_pair_sockets.py)."""
+        return next((n.shard_sockets for n in self._nodes if n.name == node), 0)
 
     def _partner(self, job: str) -> str | None:
         a = self._pairs.get(job)
@@ -73,16 +94,21 @@ class SpaceSharing:
 
     def _pair_problem(self, a: Assignment) -> str:
         """Why Slurm cannot run this pair row as planned, in words; '' if it can."""
-        if len(a.jobs) != 2 or len(a.servers) != 1 or not 1 <= a.gpus <= self.max_pair_gpus:
-            if self.max_pair_gpus <= 1:
+        if len(a.jobs) != 2 or len(a.servers) != 1 or not 1 <= a.gpus <= self.pair_limit:
+            if self.pair_limit <= 1:
                 return ("only pairs of one-GPU jobs on one node share a GPU here (Slurm puts a "
                         "job's shards on one GPU)")
-            return (f"only pairs of jobs of up to {self.max_pair_gpus} GPUs on one node share "
+            return (f"only pairs of jobs of up to {self.pair_limit} GPUs on one node share "
                     "GPUs here (max_pair_gpus)")
         node = a.servers[0][0]
         if self.shards_per_gpu(node) < 2:
             return (f"node {node} has no gres/shard (slurm.conf Gres=gpu:N,shard:M and gres.conf "
                     "Name=shard lines, docs/space-sharing.md)")
+        sockets = self._shard_sockets(node)
+        if sockets > 1:
+            return (f"node {node}: its GPUs are bound to {sockets} sockets (gres.conf Cores=): Slurm "
+                    "gives a shard job a GPU on its cores' socket first, so a pair's halves can "
+                    "land on two GPUs (docs/space-sharing.md, \"Sockets\")")
         if a.gpus > 1:
             bad = [job for job in a.jobs if not self._multi_ok(job, a.gpus)]
             if bad:
@@ -226,6 +252,14 @@ class SpaceSharing:
         if not any(n.shards for n in ours):
             problems.append("no GPU node has gres/shard: pairs are not started (slurm.conf "
                             "Gres=gpu:N,shard:M, gres.conf Name=shard; docs/space-sharing.md)")
+        bound = sorted((n.name, n.shard_sockets) for n in ours if n.shards and n.shard_sockets > 1)
+        if bound:
+            names = ",".join(name for name, _ in bound[:10]) + (" ..." if len(bound) > 10 else "")
+            counts = "/".join(str(k) for k in sorted({k for _, k in bound}))
+            problems.append(f"node {names}: GPUs bound to {counts} sockets (gres.conf Cores=), "
+                            "where Slurm gives a shard job a GPU on its cores' socket first: no "
+                            "pair is started there, its jobs run alone (docs/space-sharing.md, "
+                            "\"Sockets\")")
         if tuple(version[:2]) < (23, 11):
             problems.append(f"Slurm {version_text(version)} may give a whole-GPU job a GPU "
                             "already used by shards (fixed in 23.11): the daemon checks every poll "
