@@ -9,6 +9,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,30 @@ def test_nothing_stays_mounted_and_the_hosts_dev_null_is_untouched(chroot):
     assert intact, "the host's /dev/null was changed inside the root"
     assert result.returncode == 3, result.stderr
     assert mounts() == before
+
+
+def test_a_cluster_in_the_root_with_the_same_directory_name_leaves_the_hosts_running(chroot, tmp_path):
+    """The root has its own /tmp, so a cluster there can have the very directory name of a
+    host's cluster (pytest numbers its temporary dirs alike on both sides); stopping it
+    must not stop the host's daemons or jobs, which carry that name too."""
+    from tests.conftest import require_slurm, running_cluster
+    require_slurm()
+    directory = tmp_path / "twin"
+    with running_cluster(directory, {"v100": (1, 1)}) as host:
+        job = host.run(["sbatch", "--parsable", "-o", "/dev/null", "--gres=gpu:1", "--wrap",
+                        "sleep 120"], cwd=tmp_path).stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 30
+        while "RUNNING" not in host.run(["squeue", "-h", "-o", "%T", "-j", job]).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        code = ("import sys; from pathlib import Path; "
+                "from slurm_gavel.slurm.devcluster import DevCluster, pick_ports; "
+                "c, d = pick_ports(1); "
+                "cl = DevCluster(Path(sys.argv[1]), {'v100': (1, 1)}, ctld_port=c, slurmd_port=d); "
+                "cl.up(); cl.run(['sbatch', '-o', '/dev/null', '--wrap', 'sleep 60']); "
+                "import time; time.sleep(2); print('stopped', cl.down())")
+        result = chroot("python", "-c", code, str(directory))
+        assert result.returncode == 0, result.stderr
+        assert host.run(["scontrol", "ping"], check=False).returncode == 0, "the host's slurmctld was stopped"
+        assert "RUNNING" in host.run(["squeue", "-h", "-o", "%T", "-j", job]).stdout, \
+            "the host's job was stopped"

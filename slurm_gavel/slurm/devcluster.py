@@ -431,9 +431,20 @@ def _processes() -> dict[int, int]:
     return out
 
 
+def _same_root(pid: int) -> bool:
+    """Whether `pid` has our filesystem root.  A cluster in a chroot (tools/slurm-chroot.sh:
+    Slurm 24.11 next to the host's) can have the very directory name of a host's cluster,
+    and its processes carry that name: neither side may stop the other's."""
+    try:
+        theirs, ours = os.stat(f"/proc/{pid}/root"), os.stat("/")
+    except OSError:
+        return False
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
+
+
 def _has_mark(pid: int, mark: bytes) -> bool:
     try:
-        return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") and _same_root(pid)
     except OSError:
         return False
 
@@ -445,7 +456,7 @@ def _is_our_job(pid: int, conf_mark: bytes) -> bool:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-    return conf_mark in env and any(e.startswith(b"SLURM_JOB_ID=") for e in env)
+    return conf_mark in env and any(e.startswith(b"SLURM_JOB_ID=") for e in env) and _same_root(pid)
 
 
 def _ancestry() -> set[int]:
@@ -471,7 +482,7 @@ def _is_our_stepd(pid: int, directory: Path) -> bool:
     except OSError:
         return False
     roots = {str(directory), os.path.realpath(directory)}
-    return any(p == r or p.startswith(r + "/") for p in places for r in roots)
+    return any(p == r or p.startswith(r + "/") for p in places for r in roots) and _same_root(pid)
 
 
 def _descendants(roots: set[int], parents: Mapping[int, int]) -> set[int]:
