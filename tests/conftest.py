@@ -57,9 +57,10 @@ def require_slurm_version(at_least: tuple, why: str):
     marked `slurm24` again on Slurm 24.11 (tools/slurm-chroot.sh), where this must not skip,
     so there (GAVEL_NEWER_SLURM set) an older Slurm is a failure."""
     from slurm_gavel.slurm.devcluster import slurm_version
+    from slurm_gavel.slurm.multi_pairs import version_text
     version = slurm_version()
     if version[:len(at_least)] < tuple(at_least):
-        text = ".".join(str(part) for part in version)
+        text = version_text(version)
         if os.environ.get("GAVEL_NEWER_SLURM"):
             pytest.fail(f"the Slurm 24.11 pass runs Slurm {text}, but {why}", pytrace=False)
         pytest.skip(f"{why}; this is Slurm {text} (tools/test.sh runs it on 24.11)")
