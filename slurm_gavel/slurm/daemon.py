@@ -216,7 +216,7 @@ class Daemon:
             conf = {}
             log.warning("space sharing: cannot read Slurm's configuration: %s", e)
         why = self.backend.allow_pair_gpus(wanted, version, conf)
-        if getattr(self.backend, "pair_limit", self.backend.max_pair_gpus) > 1:
+        if self.backend.pair_limit > 1:
             log.info("space sharing: on, %s", why)
         else:
             log.warning("space sharing: %s", why)

@@ -49,7 +49,7 @@ from ..core.display import clean, printable
 from ..core.errors import GavelError
 from .commands import SlurmCLI, parse_version
 from .gputypes import discover, from_config
-from .records import parse_nodes
+from .records import parse_nodes, socket_bound
 
 LEVELS = ("error", "warning", "info")
 # `-- slurm-gavel job_submit.lua version X` among the first lines of the plugin file
@@ -186,14 +186,10 @@ def check_shard_sockets(nodes_data: dict, space_sharing: bool) -> list[dict]:
     cannot know, so it starts no pair there (docs/space-sharing.md, "Sockets")."""
     if not space_sharing:
         return []
-    bound = sorted((n.name, n.shard_sockets) for n in parse_nodes(nodes_data)
-                   if n.shards and n.shard_sockets > 1)
+    bound = socket_bound(parse_nodes(nodes_data), "GPUs (shards)")
     if not bound:
         return []
-    names = ",".join(name for name, _ in bound[:10]) + (" ..." if len(bound) > 10 else "")
-    counts = "/".join(str(k) for k in sorted({k for _, k in bound}))
-    return [finding("warning", "space_sharing", f"node {names}: GPUs (shards) bound to {counts} "
-                    "sockets (gres.conf Cores=): Slurm gives a shard job a GPU on its cores' socket "
+    return [finding("warning", "space_sharing", f"{bound}: Slurm gives a shard job a GPU on its cores' socket "
                     "first, so the two halves of a pair can land on two GPUs (measured: GPUs 0 and 2 "
                     "of an empty node); the daemon starts no pair there, its jobs run alone",
                     "jobs alone need nothing; pairs need nodes whose gres.conf GPU lines have no "

@@ -557,6 +557,17 @@ def _node_shards(value: Any) -> int:
     return 0
 
 
+def socket_bound(nodes, what: str = "GPUs") -> str:
+    """'node a,b: GPUs bound to 2 sockets (gres.conf Cores=)' for the nodes (SlurmNode) whose
+    shards are bound to 2+ sockets, the first ten named; '' when none is."""
+    bound = sorted((n.name, n.shard_sockets) for n in nodes if n.shards and n.shard_sockets > 1)
+    if not bound:
+        return ""
+    names = ",".join(name for name, _ in bound[:10]) + (" ..." if len(bound) > 10 else "")
+    counts = "/".join(str(k) for k in sorted({k for _, k in bound}))
+    return f"node {names}: {what} bound to {counts} sockets (gres.conf Cores=)"
+
+
 _SHARD_SOCKETS = re.compile(r"(?:^|,)\s*shard(?::[A-Za-z0-9_.\-]+)?:\d+\(S:([^)]*)\)")
 
 

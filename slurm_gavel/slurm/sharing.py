@@ -18,7 +18,7 @@ from ..core.backend import Usage
 from ..core.mechanism import Assignment
 from ..core.errors import GavelError
 from .multi_pairs import Request, allowed_pair_gpus, pair_fields, restore_fields, version_text
-from .records import index_list
+from .records import index_list, socket_bound
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -252,12 +252,9 @@ class SpaceSharing:
         if not any(n.shards for n in ours):
             problems.append("no GPU node has gres/shard: pairs are not started (slurm.conf "
                             "Gres=gpu:N,shard:M, gres.conf Name=shard; docs/space-sharing.md)")
-        bound = sorted((n.name, n.shard_sockets) for n in ours if n.shards and n.shard_sockets > 1)
+        bound = socket_bound(ours)
         if bound:
-            names = ",".join(name for name, _ in bound[:10]) + (" ..." if len(bound) > 10 else "")
-            counts = "/".join(str(k) for k in sorted({k for _, k in bound}))
-            problems.append(f"node {names}: GPUs bound to {counts} sockets (gres.conf Cores=), "
-                            "where Slurm gives a shard job a GPU on its cores' socket first: no "
+            problems.append(f"{bound}, where Slurm gives a shard job a GPU on its cores' socket first: no "
                             "pair is started there, its jobs run alone (docs/space-sharing.md, "
                             "\"Sockets\")")
         if tuple(version[:2]) < (23, 11):
