@@ -578,6 +578,100 @@ local function normalize_shape(job_desc, fields, counts)
     return out
 end
 
+-- Job script warnings. A gavel job is preempted by a signal to its batch shell
+-- (scancel --batch): the training process must be what receives it. Two
+-- mistakes cost a job all its work at the first preemption, so sbatch says so
+-- (the job is still accepted):
+--   * the training command started without `exec`: the shell gets the signal,
+--     and a shell does not pass it on to the command it waits for;
+--   * torchrun (or python -m torch.distributed.run/launch) started directly: it
+--     exits on the signal without waiting for its ranks, which are orphaned and
+--     keep training on GPUs already given to another job.
+-- A script that sets its own `trap` is taken to pass the signal on itself.
+-- Only line numbers are echoed, never the script's text.
+local LAUNCHERS = {
+    python = true, python3 = true, srun = true, torchrun = true, accelerate = true,
+    deepspeed = true, mpirun = true, ["slurm-gavel"] = true,
+}
+local MAX_SCRIPT_LINES = 5000          -- scan no further (a real job script is short)
+
+local function basename(word)
+    return string.match(word, "([^/]*)$") or word
+end
+
+local function is_python(word)
+    return word == "python" or string.match(word, "^python[0-9.]*$") ~= nil
+end
+
+-- The words of one command line, without leading VAR=value assignments and `env`.
+local function command_words(line)
+    local words = {}
+    for word in string.gmatch(line, "[^" .. WS_CHARS .. "]+") do
+        words[#words + 1] = word
+        if #words >= 8 then break end
+    end
+    local i = 1
+    while words[i] ~= nil and (words[i] == "env" or string.match(words[i], "^[%a_][%w_]*=") ~= nil) do
+        i = i + 1
+    end
+    local out = {}
+    for k = i, #words do out[#out + 1] = words[k] end
+    return out
+end
+
+local function starts_torchrun(words, from)
+    local first = basename(words[from] or "")
+    if first == "torchrun" then
+        return true
+    end
+    if is_python(first) and words[from + 1] == "-m" then
+        local module = words[from + 2] or ""
+        return module == "torch.distributed.run" or module == "torch.distributed.launch"
+    end
+    return false
+end
+
+local function script_warnings(script)
+    local torchrun_line, last, last_exec, last_word = nil, nil, false, nil
+    local has_trap, continued, n = false, false, 0
+    for line in string.gmatch(script, "([^\n]*)\n?") do
+        n = n + 1
+        if n > MAX_SCRIPT_LINES then break end
+        local text = string.match(line, "^[" .. WS_CHARS .. "]*(.-)[" .. WS_CHARS .. "]*$") or ""
+        local was_continued = continued
+        continued = string.sub(text, -1) == "\\"
+        if not was_continued and text ~= "" and string.sub(text, 1, 1) ~= "#" then
+            local words = command_words(text)
+            local i, exec = 1, false
+            if words[1] == "exec" then
+                i, exec = 2, true
+            end
+            local word = basename(words[i] or "")
+            if word == "trap" then
+                has_trap = true
+            end
+            if torchrun_line == nil and starts_torchrun(words, i) then
+                torchrun_line = n
+            end
+            last, last_exec, last_word = n, exec, word
+        end
+    end
+    local warnings = {}
+    if torchrun_line ~= nil then
+        warnings[#warnings + 1] = "gavel warning: line " .. torchrun_line .. " starts torchrun "
+            .. "directly: on preemption torchrun exits without waiting for its ranks, which keep "
+            .. "running; start it as `exec slurm-gavel run -- torchrun ...` (docs/torchrun.md)"
+    end
+    if last ~= nil and not last_exec and not has_trap
+            and (LAUNCHERS[last_word] or is_python(last_word or "")) then
+        warnings[#warnings + 1] = "gavel warning: line " .. last .. " starts the training "
+            .. "without exec: the preemption signal reaches only the batch shell, which does not "
+            .. "pass it on, so the job cannot save a checkpoint; write `exec` before the command "
+            .. "(e.g. exec python train.py)"
+    end
+    return warnings
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
     local comment = job_desc.comment
     if not starts_gavel(comment) then
@@ -643,6 +737,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
         if rewritten[field] ~= nil then
             job_desc[field] = rewritten[field]
         end
+    end
+    for _, warning in ipairs(script_warnings(job_desc.script)) do
+        slurm.log_user("%s", warning)
     end
     job_desc.priority = 0          -- held until the gavel daemon places it
     job_desc.requeue = 1           -- preemption requeues rather than kills
