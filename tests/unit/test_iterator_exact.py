@@ -66,8 +66,8 @@ def prefetching(iterable):
 class Script:
     """One start of a training script; `losses`/`seen` collect what every start trained."""
 
-    def __init__(self, losses, seen, sampler="shuffle", extra_rng=False):
-        self.losses, self.seen, self.extra_rng = losses, seen, extra_rng
+    def __init__(self, losses, seen, sampler="shuffle", extra_rng=False, save_rng=False):
+        self.losses, self.seen, self.extra_rng, self.save_rng = losses, seen, extra_rng, save_rng
         torch.manual_seed(0)                 # what the script does first, in every start
         random.seed(0)
         np.random.seed(0)
@@ -77,6 +77,9 @@ class Script:
         data = TensorDataset(x, y, torch.arange(SAMPLES))
         if sampler == "shuffle":
             self.loader = DataLoader(data, batch_size=BATCH, shuffle=True)
+        elif sampler == "generator":     # shuffled by a generator of the script's own
+            self.loader = DataLoader(data, batch_size=BATCH, shuffle=True,
+                                     generator=torch.Generator().manual_seed(7))
         else:
             self.loader = DataLoader(data, batch_size=BATCH,
                                      sampler=DistributedSampler(data, 1, 0, shuffle=True, seed=5))
@@ -86,13 +89,16 @@ class Script:
 
     def save(self, path):
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                    "sched": self.sched.state_dict()}, path)
+                    "sched": self.sched.state_dict(),
+                    **({"rng": torch.get_rng_state()} if self.save_rng else {})}, path)
 
     def load(self, path):
         ck = torch.load(path)
         self.model.load_state_dict(ck["model"])
         self.opt.load_state_dict(ck["opt"])
         self.sched.load_state_dict(ck["sched"])
+        if self.save_rng:
+            torch.set_rng_state(ck["rng"])
 
     def train_step(self, batch):
         xb, yb, ib = batch
@@ -137,12 +143,14 @@ def assert_same(a, b):
         assert torch.equal(res_a[k], res_b[k]), k
 
 
-def single_loop(sampler="shuffle", extra_rng=False, total=15, prefetch=None):
+def single_loop(sampler="shuffle", extra_rng=False, total=15, prefetch=None, **kw):
     losses, seen = [], []
+    save_rng = kw.get("restore_rng") is False
+    if prefetch is not None:
+        kw["prefetch"] = prefetch
 
     def body(stops):
-        s = Script(losses, seen, sampler, extra_rng)
-        kw = {} if prefetch is None else {"prefetch": prefetch}
+        s = Script(losses, seen, sampler, extra_rng, save_rng)
         it = GavelIterator(s.loader, s.load, s.save, total_steps=total, **kw)
         batches = prefetching(it) if prefetch else it
         trained = it.step
@@ -239,3 +247,25 @@ def test_per_epoch_loop_with_scheduler_and_eval_resumes_exactly(slurm):
     assert_same(stopped, plain)
     steps = [s for s, _ in list_checkpoints(slurm / ".gavel" / "31.ckpt")]
     assert steps == [16]
+
+
+def test_a_loader_with_its_own_generator_resumes_in_the_same_order(slurm):
+    plain = outcome(single_loop, set(), sampler="generator")
+    stopped = outcome(single_loop, {4, 9}, sampler="generator")
+    assert_same(stopped, plain)
+
+
+@pytest.mark.parametrize("stops", [{6, 12}, {5, 11, 13}])
+def test_prefetching_consumer_preempted_at_epoch_boundaries(slurm, stops):
+    # the batch fetched ahead is the next epoch's first: its order drawn again, exactly
+    plain = outcome(single_loop, set(), prefetch=1, total=18)
+    stopped = outcome(single_loop, stops, prefetch=1, total=18)
+    assert_same(stopped, plain)
+
+
+def test_restore_rng_false_leaves_the_rng_to_the_script(slurm):
+    # the script saves and loads torch's RNG itself; the iterator must not undo that,
+    # and the shuffled order is still exact
+    plain = outcome(single_loop, set(), restore_rng=False)
+    stopped = outcome(single_loop, {3, 10}, restore_rng=False)
+    assert_same(stopped, plain)
