@@ -672,31 +672,43 @@ class GavelIterator:
         epoch, skip = (divmod(self.start_step, length) if length
                        else (0, self.start_step))
         saved = self._resume_state
-        now = rngstate.capture()
-        if saved is not None:
-            began = saved["epoch_starts"].get(epoch)
-            if began is None and skip == 0 and not saved["pending"]:
-                began = {"rng": saved["rng"], "generators": saved["generators"]}
-            if began is not None:        # replay the epoch's data as it was drawn
-                rngstate.restore(began["rng"])
-                rngstate.restore_generators(self.data_loader, began["generators"])
-            elif self.rank == 0:
-                _log(f"no record of how epoch {epoch} began: its order on resume comes from "
-                     f"set_epoch only")
-        self._begin_epoch(epoch)
-        for _ in range(skip):         # the batches of this epoch already trained on
-            self._fetch(allow_end=False)
-        if saved is not None:
-            for before in saved["pending"]:    # handed out but not trained: again, as drawn
+        if skip == 0 and (saved is None or not saved["pending"]):
+            # At an epoch's start: an uninterrupted run began this epoch at this very
+            # boundary, with the RNG and generators as they were saved.
+            if saved is not None:
+                self._restore_rng(saved["rng"])
+                rngstate.restore_generators(self.data_loader, saved["generators"])
+            self._begin_epoch(epoch)
+        else:
+            now = rngstate.capture()
+            if saved is not None:
+                began = saved["epoch_starts"].get(epoch)
+                if began is not None:        # replay the epoch's data as it was drawn
+                    rngstate.restore(began["rng"])
+                    rngstate.restore_generators(self.data_loader, began["generators"])
+                elif self.rank == 0:
+                    _log(f"no record of how epoch {epoch} began: its order on resume comes "
+                         f"from set_epoch only")
+            self._begin_epoch(epoch)
+            for _ in range(skip):         # the batches of this epoch already trained on
+                self._fetch(allow_end=False)
+            for before in saved["pending"] if saved is not None else ():
+                # handed out but not trained: fetched again, as they were drawn
                 rngstate.restore(before)
                 self._fetch_rngs.append(before)
                 self._buffer.append(self._fetch(allow_end=False))
-            missed = rngstate.restore(saved["rng"] if self.restore_rng else now)
-            if missed and self.rank == 0:
-                _log(f"RNG not restored: {', '.join(missed)} (another GPU count)")
-        else:
-            rngstate.restore(now)     # skipping drew nothing that training would have
+            # replaying drew nothing that training would have
+            rngstate.restore(now)
+            if saved is not None:
+                self._restore_rng(saved["rng"])
         self._last_time, self._last_step = time.monotonic(), self.trained
+
+    def _restore_rng(self, state: dict) -> None:
+        if not self.restore_rng:
+            return
+        missed = rngstate.restore(state)
+        if missed and self.rank == 0:
+            _log(f"RNG not restored: {', '.join(missed)} (another GPU count)")
 
     def _fetch(self, allow_end: bool = True):
         try:

@@ -269,3 +269,44 @@ def test_restore_rng_false_leaves_the_rng_to_the_script(slurm):
     plain = outcome(single_loop, set(), restore_rng=False)
     stopped = outcome(single_loop, {3, 10}, restore_rng=False)
     assert_same(stopped, plain)
+
+
+class ShufflingLoader:
+    """Shuffles with python's `random` when an epoch's iterator is made (no set_epoch)."""
+
+    def __len__(self):
+        return 5
+
+    def __iter__(self):
+        order = list(range(5))
+        random.shuffle(order)
+        return iter(order)
+
+
+def python_script(record):
+    def body(stops):
+        random.seed(3)
+        state = {"x": 0.0}
+
+        def save(path):
+            with open(path, "w") as f:
+                f.write(repr(state["x"]))
+
+        def load(path):
+            with open(path) as f:
+                state["x"] = float(f.read())
+        it = GavelIterator(ShufflingLoader(), load, save, total_steps=14)
+        for b in it:
+            state["x"] += b * random.random()        # training draws from it too
+            record.append((b, state["x"]))
+            preempt_after(it, it.step, stops)
+        return state["x"]
+    return body
+
+
+@pytest.mark.parametrize("stops", [{2, 7, 11}, {5, 10}])   # mid-epoch; epoch boundaries
+def test_a_loader_shuffling_with_pythons_random_resumes_exactly(slurm, stops):
+    plain, stopped = [], []
+    assert run(python_script(plain), set()) == (plain[-1][1], 0)
+    assert run(python_script(stopped), stops) == (plain[-1][1], len(stops))
+    assert stopped == plain
