@@ -77,6 +77,9 @@ class Script:
         data = TensorDataset(x, y, torch.arange(SAMPLES))
         if sampler == "shuffle":
             self.loader = DataLoader(data, batch_size=BATCH, shuffle=True)
+        elif sampler == "stateful":      # torchdata's StatefulDataLoader, shuffled
+            from torchdata.stateful_dataloader import StatefulDataLoader
+            self.loader = StatefulDataLoader(data, batch_size=BATCH, shuffle=True)
         elif sampler == "generator":     # shuffled by a generator of the script's own
             self.loader = DataLoader(data, batch_size=BATCH, shuffle=True,
                                      generator=torch.Generator().manual_seed(7))
@@ -249,9 +252,12 @@ def test_per_epoch_loop_with_scheduler_and_eval_resumes_exactly(slurm):
     assert steps == [16]
 
 
-def test_a_loader_with_its_own_generator_resumes_in_the_same_order(slurm):
-    plain = outcome(single_loop, set(), sampler="generator")
-    stopped = outcome(single_loop, {4, 9}, sampler="generator")
+@pytest.mark.parametrize("sampler", ["generator", "stateful"])
+def test_other_shuffled_loaders_resume_in_the_same_order(slurm, sampler):
+    if sampler == "stateful":
+        pytest.importorskip("torchdata.stateful_dataloader")
+    plain = outcome(single_loop, set(), sampler=sampler)
+    stopped = outcome(single_loop, {4, 9}, sampler=sampler)
     assert_same(stopped, plain)
 
 
