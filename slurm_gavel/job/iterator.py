@@ -92,8 +92,9 @@ The checkpoint contract:
   ``sampler`` or ``batch_sampler``, e.g. ``DistributedSampler``, also in a single
   process with ``num_replicas=1, rank=0``) gets it before each epoch. A shuffled
   loader without it (``DataLoader(shuffle=True)``: a RandomSampler that draws
-  its permutation from torch's global RNG, or from a ``generator``) draws its
-  order from the generators' state as the epoch began: the iterator keeps that
+  its permutation from torch's global RNG, or from a ``generator``; torchdata's
+  ``StatefulDataLoader`` alike) draws its order from the generators' state as the
+  epoch began: the iterator keeps that
   state, and on resume sets it again, makes the epoch's iterator and skips the
   batches already trained by iterating over them (data loading only, at most one
   epoch), then restores the step boundary's RNG. Making a torch DataLoader's
