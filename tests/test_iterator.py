@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from torch_support import import_torch
 
-from slurm_gavel.job.iterator import list_checkpoints
+from slurm_gavel.job.iterator import list_checkpoints, state_name
 from slurm_gavel.job.progress import read_progress
 
 torch = import_torch()
@@ -161,7 +161,8 @@ def test_crashes_while_saving_leave_the_previous_checkpoint(reference, tmp_path)
     code, err = finish(proc)
     assert code == 1 and "disk full (simulated)" in err       # the job fails, no requeue
     assert f"resumed from {ckpt_dir / good}" in err
-    assert sorted(p.name for p in ckpt_dir.iterdir()) == [good]   # torn file cleaned, tmp gone
+    # torn file cleaned, tmp gone; the iterator's state of the good checkpoint stays
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == [good, state_name(saved, 0)]
 
     code, err = finish(start(tmp_path, slurm_env(tmp_path, restart=3)))
     assert code == 0, err

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from slurm_gavel.job.iterator import (GavelIterator, catch_signal_early, checkpoint_name,
-                                      list_checkpoints, signal_number)
+                                      list_checkpoints, signal_number, state_name)
 from slurm_gavel.job.progress import read_progress
 
 
@@ -73,7 +73,8 @@ def test_without_slurm_a_pass_through(no_slurm):
     assert not it.managed and it.checkpoint_dir is None and it.progress_path is None
     assert signal.getsignal(signal.SIGUSR2) is before           # no handler installed
     assert os.listdir(no_slurm) == [] and state.loaded == []   # no files, nothing loaded
-    assert list(it) == []                                      # finished stays finished
+    with pytest.raises(RuntimeError, match="all 3 steps are done"):
+        next(it)                                               # asking after the end: an error
 
 
 def test_without_slurm_total_steps_over_epochs_and_a_generator(no_slurm):
@@ -116,11 +117,12 @@ def test_a_failed_save_keeps_the_previous_checkpoint(no_slurm):
     next(it)
     with pytest.raises(OSError, match="no space"):
         it.checkpoint()
-    assert sorted(os.listdir(ckpt)) == [checkpoint_name(1)]
+    # the checkpoint and the iterator's state of step 1; nothing of step 2
+    assert sorted(os.listdir(ckpt)) == [checkpoint_name(1), state_name(1, 0)]
     it.save_checkpoint = lambda path: None                        # "saved" nothing
     with pytest.raises(RuntimeError, match="without writing"):
         it.checkpoint()
-    assert sorted(os.listdir(ckpt)) == [checkpoint_name(1)]
+    assert sorted(os.listdir(ckpt)) == [checkpoint_name(1), state_name(1, 0)]
 
 
 def test_directory_checkpoints_and_keep(no_slurm):
@@ -135,7 +137,8 @@ def test_directory_checkpoints_and_keep(no_slurm):
         next(it)
         it.checkpoint()
     it.checkpoint()                                # the same step again: the existing one stays
-    assert sorted(os.listdir(ckpt)) == [checkpoint_name(2), checkpoint_name(3)]
+    assert sorted(os.listdir(ckpt)) == [checkpoint_name(2), state_name(2, 0),
+                                        checkpoint_name(3), state_name(3, 0)]
     assert (ckpt / checkpoint_name(3) / "weights").read_text() == "w"
 
 

@@ -1,6 +1,7 @@
 """The job side: what runs inside a training job, on compute nodes.
 
-Owns `iterator` (GavelIterator: preemption in under five lines), `progress`
+Owns `iterator` (GavelIterator: preemptible training loops, exact on resume),
+`rngstate` (the random-number state its checkpoints keep), `progress`
 (the progress records the daemon reads) and `templates` (the job templates'
 PyTorch training code).
 

@@ -1,18 +1,30 @@
 """GavelIterator: makes a PyTorch training loop preemptible by slurm-gavel.
 
-The in-job half of Gavel's scheduler/application contract (seed sections 2.3,
-4.7). Wrap the data loader, give two checkpoint callbacks, and the job can be
+The in-job half of Gavel's contract between the scheduler and a training job.
+Wrap the training data loader, give two checkpoint callbacks, and the job can be
 stopped at any step, moved to another GPU type and resumed without losing or
-repeating a step. The change to a training script (under five lines)::
+repeating a step: a resumed run trains exactly what an uninterrupted one would.
+The change to pytorch/examples' MNIST (examples/mnist/; 9 changed lines by
+``diff -u | grep -c '^[+-][^+-]'``)::
 
-    +from slurm_gavel.job.iterator import GavelIterator
-    +def save(path): torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
-    +def load(path): ck = torch.load(path); model.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"])
-    -for batch in loader:                # (and its `for epoch in ...` loop)
-    +for batch in GavelIterator(loader, load, save, total_steps=args.steps):
-         train_step(batch)
+    +from slurm_gavel.iterator import GavelIterator, catch_signal_early
+     def main():
+    +    catch_signal_early()
+         ...
+    +    def save(path): torch.save({"model": model.state_dict(), "opt": optimizer.state_dict(), "sched": scheduler.state_dict()}, path)
+    +    def load(path): ck = torch.load(path); model.load_state_dict(ck["model"]); optimizer.load_state_dict(ck["opt"]); scheduler.load_state_dict(ck["sched"])
+    +    it = GavelIterator(train_loader, load, save, epochs=args.epochs)
+    -    for epoch in range(1, args.epochs + 1):
+    -        train(args, model, device, train_loader, optimizer, epoch)
+    +    for epoch in it.epochs(start=1):
+    +        train(args, model, device, it, optimizer, epoch)
+             test(model, device, test_loader)
+             scheduler.step()
 
-and the sbatch script ends with ``exec python train.py ...`` (so that
+A script with one loop over the steps needs only ``for batch in
+GavelIterator(loader, load, save, total_steps=N):``. The iterator stands in for
+the loader: ``len(it)`` and the loader's attributes (``it.dataset``, ...) work.
+The sbatch script ends with ``exec python train.py ...`` (so that
 ``scancel --batch --signal=USR2``, which signals only the batch process, reaches
 Python), with ``#SBATCH --requeue`` and ``#SBATCH --open-mode=append``. The
 templates in ``job_templates/`` do all of this.
@@ -22,22 +34,36 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
 - Construction installs a handler for ``signal_name`` (default USR2) that only
   sets a flag, then loads the newest checkpoint in ``checkpoint_dir``, if any, by
   calling ``load_checkpoint(path)``, and continues from the step it was saved at.
-  Construct the iterator early, or call `catch_signal_early()` first thing in
-  the script: before either, the signal's default action (end the process)
-  applies.
-- At every step boundary (each ``next()``): when the flag is set (on any rank, see
-  below), ``save_checkpoint(tmp)`` writes the checkpoint to a temporary path in
-  ``checkpoint_dir``, the iterator fsyncs it and renames it to its final name
-  ``step-<N>`` (atomic), removes older checkpoints, appends a ``checkpoint``
-  progress record and exits with ``requeue_exit_code`` (85), which
+  Call `catch_signal_early()` first thing in the script: before it (or the
+  iterator), the signal's default action (end the process) applies.
+- Step boundary: the next ``next()``. When the flag is set (on any rank, see
+  below), the iterator saves the steps trained so far: ``save_checkpoint(tmp)``
+  writes a temporary path in ``checkpoint_dir``, the iterator fsyncs it and
+  renames it to ``step-<N>`` (atomic), removes older checkpoints, appends a
+  ``checkpoint`` progress record and exits with ``requeue_exit_code`` (85), which
   ``RequeueExitHold=85`` turns into "requeue held" (``sys.exit``: ``finally``
   blocks and context managers of the script run).
+- A step counts as trained when the consumer asks for the batch after the next
+  ``prefetch`` ones (default 0: a plain loop trains a batch before it asks for the
+  next). A consumer that fetches ahead (Lightning fetches one batch before it
+  trains the current one) passes ``prefetch=1``: a checkpoint then holds only the
+  steps really trained, and on resume the batches fetched but not trained are
+  handed out again, drawn as they were. A new ``iter(it)`` (a new pass) marks
+  everything handed out before as trained.
 - It iterates the loader epoch after epoch and stops (StopIteration, ``done``
-  record) after ``total_steps`` steps in all, counted across restarts; the script
-  then ends normally (exit 0). A signal after the last step is ignored. (No
-  checkpoint is saved at the end: save the final model yourself.) Without ``total_steps``: one epoch
-  (``len(data_loader)`` steps; with a loader that has no length, until it is
-  exhausted).
+  record) after ``total_steps`` steps in all (``epochs=E``: E epochs), counted
+  across restarts; the script then ends normally (exit 0). Without either: one
+  epoch (``len(data_loader)`` steps; a loader without a length: until it is
+  exhausted). A signal after the last step is ignored. No checkpoint is saved at
+  the end: save the final model yourself. With ``prefetch`` the ``done`` record
+  waits for ``close()`` (or the next request). Asking for a batch after the end
+  raises RuntimeError: a loop that outlives the iterator (an epoch loop longer
+  than ``total_steps``, a framework without ``max_steps``) is a bug, not a spin.
+- ``for epoch in it.epochs(start=1):`` yields the epoch numbers still to train
+  (from the one a resumed run stopped in); while it runs, each ``for batch in
+  it`` is (the rest of) one epoch, so that work after an epoch (evaluation, a
+  scheduler step) runs once per epoch. A signal in an epoch's last step is acted
+  on at the next epoch's first batch, after that work.
 - Progress: JSON lines appended to ``$GAVEL_PROGRESS_DIR/<jobid>.jsonl``, else
   ``$SLURM_SUBMIT_DIR/.gavel/<jobid>.jsonl`` (see `slurm_gavel.job.progress`).
 - Default ``checkpoint_dir``: ``$GAVEL_CHECKPOINT_DIR/<jobid>`` when set, else
@@ -46,41 +72,51 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
 
 The checkpoint contract:
 
-- ``save_checkpoint(path)`` writes everything that training depends on (model,
-  optimizer, LR scheduler, GradScaler, RNG states if the model draws random
-  numbers, e.g. dropout) to ``path``, a file or a directory it creates; it does
-  not need to store the step. If it raises (or the process dies while it runs),
-  the temporary path is discarded and the previous checkpoint stays the newest:
-  the exception propagates (the job fails rather than loop on a broken save).
+- ``save_checkpoint(path)`` writes the training state (model, optimizer, LR
+  scheduler, GradScaler) to ``path``, a file or a directory it creates; it does
+  not need to store the step or random-number state. If it raises (or the
+  process dies while it runs), the temporary path is discarded and the previous
+  checkpoint stays the newest: the exception propagates (the job fails rather
+  than loop on a broken save).
 - ``load_checkpoint(path)`` restores that state. Its return value is ignored:
-  the iterator records the step itself, in the checkpoint's name, and reads it
-  from there. ``it.step`` tells the script the steps done (e.g. for an LR
-  schedule or logging); inside the loop body it is the number of the current
-  step, counted from 1.
-- Data order: to resume without replaying or skipping a batch, the loader's order
-  must be a function of the epoch. The iterator calls ``set_epoch(epoch)`` on the
-  loader, or on its ``sampler``/``batch_sampler`` (as for
-  ``torch.utils.data.DistributedSampler``, which also works in a single process
-  with ``num_replicas=1, rank=0``) before each epoch, and on resume skips the
-  batches of the current epoch already done by iterating over them (data loading
-  only, no training; at most one epoch). Making a torch DataLoader's epoch
-  iterator draws from torch's global RNG; the iterator restores the global RNG
-  state around it, so that what training draws (dropout, ...) does not depend on
-  where a run resumed. Seeds of loader workers (``num_workers > 0``) come from
-  that draw: for random augmentations in workers to be reproducible across
-  restarts too, seed them from the epoch and the sample index, not the worker.
+  the iterator records the step itself, in the checkpoint's name. ``it.step`` is
+  the steps handed out (inside a plain loop's body the number of the current
+  step, counted from 1), ``it.trained`` the steps a checkpoint would hold.
+- Next to each checkpoint the iterator writes its own state, one file per rank
+  (``step-<N>.rank-<R>.gavel``, see `slurm_gavel.job.rngstate`): the global
+  random-number generators (torch's, CUDA's when initialized, numpy's when
+  imported, python's ``random``) as they were at the step boundary, restored at
+  the first ``next()`` of the resumed run (``restore_rng=False``: leave them to
+  ``load_checkpoint``); and what the data order was drawn from.
+- Data order, exact on resume. A loader with ``set_epoch`` (on it, its
+  ``sampler`` or ``batch_sampler``, e.g. ``DistributedSampler``, also in a single
+  process with ``num_replicas=1, rank=0``) gets it before each epoch. A shuffled
+  loader without it (``DataLoader(shuffle=True)``: a RandomSampler that draws
+  its permutation from torch's global RNG, or from a ``generator``; torchdata's
+  ``StatefulDataLoader`` alike) draws its order from the generators' state as the
+  epoch began: the iterator keeps that
+  state, and on resume sets it again, makes the epoch's iterator and skips the
+  batches already trained by iterating over them (data loading only, at most one
+  epoch), then restores the step boundary's RNG. Making a torch DataLoader's
+  epoch iterator draws its workers' base seed from torch's global RNG; the
+  iterator restores that RNG around it, so that training's random numbers do not
+  depend on where a run resumed. Not covered (not exact after a resume): a
+  sampler or dataset with a random source of its own (a ``numpy.random.Generator``,
+  an IterableDataset's shuffle buffer); random augmentation in loader workers
+  is exact only when seeded from the epoch and sample index.
 
 Distributed jobs (``torch.distributed`` initialized before construction): the
 flag is all-reduced (MAX of a one-element tensor; on the current CUDA device with
 NCCL) every ``sync_every`` steps, at the same steps on every rank, so all ranks
 stop after the same step and run the same number of steps whichever rank got the
-signal. Rank 0 saves (``checkpoint_dir`` must be shared by the ranks), then a
-second all-reduce tells every rank whether the save succeeded; all ranks then
-exit 85 together. At construction rank 0 picks the checkpoint and broadcasts its
-step; every rank loads it. Only rank 0 writes progress records. The cost is one
-tiny collective per step (tens of microseconds on NCCL, about 0.1 ms on gloo on
-one host); raise ``sync_every`` when steps are shorter than a millisecond. A
-signal then waits at most ``sync_every`` steps.
+signal. Every rank writes its iterator state, then rank 0 saves
+(``checkpoint_dir`` must be shared by the ranks); all-reduces tell every rank
+whether both succeeded; all ranks then exit 85 together. At construction rank 0
+picks the checkpoint and broadcasts its step; every rank loads it (and its own
+state, or rank 0's when the job now has more ranks). Only rank 0 writes progress
+records. The cost is one tiny collective per step (tens of microseconds on NCCL,
+about 0.1 ms on gloo on one host); raise ``sync_every`` when steps are shorter
+than a millisecond. A signal then waits at most ``sync_every`` steps.
 
 Without Slurm (no ``SLURM_JOB_ID``, e.g. a laptop): no signal handler, no
 progress file, never exits by itself. It still loads the newest checkpoint in
@@ -91,7 +127,7 @@ saves one on request. With neither, it is a plain pass-through of the loader
 
 One GavelIterator per process at a time (the signal handler is per process).
 This module needs only the standard library; torch is used when the job has
-initialized ``torch.distributed``.
+imported it.
 """
 from __future__ import annotations
 
@@ -103,18 +139,22 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from . import progress as _progress
+from . import rngstate
 
 REQUEUE_EXIT_CODE = 85
 DEFAULT_PROGRESS_INTERVAL = 30.0
 CHECKPOINT_DIR_ENV = "GAVEL_CHECKPOINT_DIR"
 PROGRESS_INTERVAL_ENV = "GAVEL_PROGRESS_INTERVAL"
 _CKPT = re.compile(r"step-([0-9]+)\Z")
-_TMP = re.compile(r"\.step-[0-9]+\.tmp-[0-9]+\Z")
+_TMP = re.compile(r"\.step-[0-9]+(\.rank-[0-9]+\.gavel)?\.tmp-[0-9]+\Z")
+_STATE = re.compile(r"step-([0-9]+)\.rank-[0-9]+\.gavel\Z")
+STATE_VERSION = 1
 
 
 def _log(message: str) -> None:
@@ -138,6 +178,11 @@ def signal_number(name) -> int:
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:012d}"
+
+
+def state_name(step: int, rank: int) -> str:
+    """The iterator's own state file of a checkpoint (RNG, data order), one per rank."""
+    return f"{checkpoint_name(step)}.rank-{rank}.gavel"
 
 
 def list_checkpoints(directory) -> list[tuple[int, Path]]:
@@ -258,10 +303,12 @@ def _distributed() -> _Dist | None:
 class GavelIterator:
     """Iterate `data_loader` for `total_steps` steps, preemptible by slurm-gavel.
 
-    See the module docstring for the whole contract. Attributes: ``step`` (steps
-    done, counted across restarts), ``start_step`` (where this run started),
-    ``total_steps``, ``epoch``, ``checkpoint_dir`` (a Path or None), ``managed``
-    (running under Slurm), ``rank``/``world_size``, ``progress_path``.
+    See the module docstring for the whole contract. Attributes: ``step`` (batches
+    handed out, counted across restarts: inside a plain loop's body, the number of
+    the current step), ``trained`` (steps known trained: what a checkpoint saves),
+    ``start_step`` (where this run started), ``total_steps``, ``epoch``,
+    ``checkpoint_dir`` (a Path or None), ``managed`` (running under Slurm),
+    ``rank``/``world_size``, ``progress_path``.
     """
 
     def __init__(self, data_loader: Iterable, load_checkpoint: Callable[[str], Any],
@@ -269,14 +316,25 @@ class GavelIterator:
                  total_steps: int | None = None, signal_name="USR2",
                  requeue_exit_code: int = REQUEUE_EXIT_CODE, progress: bool = True,
                  progress_interval: float | None = None, sync_every: int = 1,
-                 keep_checkpoints: int = 1):
+                 keep_checkpoints: int = 1, *, epochs: int | None = None, prefetch: int = 0,
+                 restore_rng: bool = True):
         if total_steps is not None and (int(total_steps) != total_steps or total_steps < 0):
             raise ValueError(f"total_steps must be a whole number >= 0, got {total_steps!r}")
         if sync_every < 1 or keep_checkpoints < 1:
             raise ValueError("sync_every and keep_checkpoints must be >= 1")
+        if prefetch < 0 or int(prefetch) != prefetch:
+            raise ValueError(f"prefetch must be a whole number >= 0, got {prefetch!r}")
         self.data_loader = data_loader
         self.load_checkpoint, self.save_checkpoint = load_checkpoint, save_checkpoint
+        if epochs is not None:
+            if total_steps is not None:
+                raise ValueError("give total_steps or epochs, not both")
+            if self._epoch_length() is None or int(epochs) != epochs or epochs < 0:
+                raise ValueError("epochs needs a whole number >= 0 and a data loader with a "
+                                 "length")
+            total_steps = int(epochs) * self._epoch_length()
         self.total_steps = None if total_steps is None else int(total_steps)
+        self.prefetch, self.restore_rng = int(prefetch), bool(restore_rng)
         self.requeue_exit_code = int(requeue_exit_code)
         self.sync_every, self.keep_checkpoints = int(sync_every), int(keep_checkpoints)
         env = os.environ
@@ -313,9 +371,14 @@ class GavelIterator:
         self.epoch = 0
         self._inner = None
         self.save_seconds = None
-        self._finished = False
+        self._finished = self._done_recorded = False
+        self._per_epoch = self._epoch_end = False
+        self._epoch_starts: dict[int, dict] = {}   # epoch -> RNG/generators as it began
+        self._fetch_rngs: deque = deque(maxlen=self.prefetch)   # RNG before recent fetches
+        self._buffer: deque = deque()      # on resume: the prefetched batches, fetched again
+        self._resume_state = None
         self.load_seconds = None
-        self.step = self.start_step = self._load()
+        self.step = self.start_step = self._floor = self._load()
         self._last_time, self._last_step = time.monotonic(), self.step
         self._record("start", steps_per_second=None,
                      **({"load_seconds": round(self.load_seconds, 6)}
@@ -344,11 +407,15 @@ class GavelIterator:
         self._flag = True
 
     def close(self) -> None:
-        """Restore the previous signal handler.
+        """Say that training is over: records ``done`` once every step was handed out
+        (a prefetching consumer trains its last batches after the iterator ended),
+        and restores the previous signal handler.
 
-        Not done automatically: after the last step, or while exiting 85, a further
-        signal must be ignored rather than end the process (a job killed by a signal
-        is not requeued held)."""
+        The handler is not restored automatically: after the last step, or while
+        exiting 85, a further signal must be ignored rather than end the process (a
+        job killed by a signal is not requeued held)."""
+        if self._finished:
+            self._record_done()
         if self._signum is not None:
             _signal.signal(self._signum, self._previous_handler or _signal.SIG_DFL)
             self._signum = None
@@ -375,40 +442,87 @@ class GavelIterator:
         t0 = time.perf_counter()
         self.load_checkpoint(str(path))
         self.load_seconds = time.perf_counter() - t0
+        self._resume_state = self._read_state(step)
         if self.rank == 0 and self.managed:
             _log(f"resumed from {path} (step {step}) in {self.load_seconds:.2f} s")
         return step
+
+    def _read_state(self, step: int) -> dict | None:
+        """This rank's iterator state of checkpoint `step` (rank 0's when the job has
+        more ranks than when it was saved), or None for a checkpoint without one."""
+        for rank in dict.fromkeys((self.rank, 0)):
+            path = self.checkpoint_dir / state_name(step, rank)
+            if path.exists():
+                state = rngstate.read(path)
+                if state.get("version") == STATE_VERSION and state.get("step") == step:
+                    return state
+        _log(f"checkpoint {checkpoint_name(step)} has no iterator state (RNG, data order) "
+             f"for rank {self.rank}: resuming with the loader's set_epoch order only")
+        return None
 
     def _clean_temporaries(self) -> None:
         try:
             entries = os.listdir(self.checkpoint_dir)
         except FileNotFoundError:
             return
+        kept = {s for s, _ in list_checkpoints(self.checkpoint_dir)}
         for entry in entries:
-            if _TMP.match(entry):
+            state = _STATE.match(entry)
+            # temporaries, and states of a checkpoint that was never completed
+            if _TMP.match(entry) or (state and int(state.group(1)) not in kept):
                 _remove(self.checkpoint_dir / entry)
 
+    @property
+    def trained(self) -> int:
+        """Steps known trained: all handed out but the `prefetch` latest of this pass."""
+        return max(self._floor, self.step - self.prefetch)
+
     def checkpoint(self) -> Path | None:
-        """Save a checkpoint of the current step now (rank 0; collective when distributed).
+        """Save a checkpoint of the steps trained so far now (rank 0 saves the
+        checkpoint, every rank its iterator state; collective when distributed).
 
         Returns its path on rank 0, None elsewhere. Raises when the save failed on
-        rank 0 (on every rank); the previous checkpoint is then still the newest.
+        any rank (on every rank); the previous checkpoint is then still the newest.
         """
         if self.checkpoint_dir is None:
             raise RuntimeError("no checkpoint_dir: nowhere to save a checkpoint")
+        step = self.trained
         error, path = None, None
-        if self.rank == 0:
+        try:
+            self._write_state(step)
+        except BaseException as e:  # noqa: BLE001 -- told to the other ranks, then re-raised
+            error = e
+        if self._dist and self._dist.max(1 if error is not None else 0) and error is None:
+            error = RuntimeError(f"another rank failed to save its state of step {step}")
+        if error is None and self.rank == 0:
             try:
-                path = self._save(self.step)
+                path = self._save(step)
             except BaseException as e:  # noqa: BLE001 -- told to the other ranks, then re-raised
                 error = e
         if self._dist:
             ok = self._dist.max(1 if (self.rank == 0 and error is None) else 0)
             if not ok and error is None:
-                raise RuntimeError(f"rank 0 failed to save the checkpoint of step {self.step}")
+                error = RuntimeError(f"rank 0 failed to save the checkpoint of step {step}")
         if error is not None:
+            if self.rank != 0 or not (self.checkpoint_dir / checkpoint_name(step)).exists():
+                _remove(self.checkpoint_dir / state_name(step, self.rank))
             raise error
         return path
+
+    def _write_state(self, step: int) -> None:
+        """The iterator's part of the checkpoint: RNG now, the data order's RNG at the
+        start of the checkpoint's epoch, and the RNG before each fetch of the batches
+        handed out but not yet trained (a prefetching consumer's)."""
+        length = self._epoch_length()
+        epoch = step // length if length else 0
+        pending = self.step - step
+        state = {"version": STATE_VERSION, "step": step, "rng": rngstate.capture(),
+                 "generators": rngstate.capture_generators(self.data_loader),
+                 "epoch_starts": {e: s for e, s in self._epoch_starts.items() if e == epoch},
+                 "pending": list(self._fetch_rngs)[len(self._fetch_rngs) - pending:]
+                 if pending else []}
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        rngstate.write(self.checkpoint_dir / state_name(step, self.rank), state)
 
     def _save(self, step: int) -> Path:
         directory = self.checkpoint_dir
@@ -435,6 +549,11 @@ class GavelIterator:
         self.save_seconds = time.perf_counter() - t0
         for _old_step, old in list_checkpoints(directory)[:-self.keep_checkpoints]:
             _remove(old)
+        kept = {s for s, _ in list_checkpoints(directory)}
+        for entry in os.listdir(directory):
+            m = _STATE.match(entry)
+            if m and int(m.group(1)) not in kept:
+                _remove(directory / entry)
         return final
 
     # -- progress -----------------------------------------------------------------
@@ -447,7 +566,7 @@ class GavelIterator:
         except ValueError:
             restart = 0
         record = {"job": self.job_id, "time": round(time.time(), 3), "event": event,
-                  "step": self.step, "total_steps": self.total_steps, **fields,
+                  "step": self.trained, "total_steps": self.total_steps, **fields,
                   "partition": env.get("SLURM_JOB_PARTITION"),
                   "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
                   "restart": restart, "world_size": self.world_size}
@@ -460,7 +579,7 @@ class GavelIterator:
 
     def _rate(self, now: float) -> float | None:
         elapsed = now - self._last_time
-        steps = self.step - self._last_step
+        steps = self.trained - self._last_step
         if elapsed <= 0 or steps <= 0:
             return None
         return round(steps / elapsed, 6)
@@ -468,11 +587,45 @@ class GavelIterator:
     def _measured(self, event: str, **fields) -> None:
         now = time.monotonic()
         self._record(event, steps_per_second=self._rate(now), **fields)
-        self._last_time, self._last_step = now, self.step
+        self._last_time, self._last_step = now, self.trained
 
     # -- iteration ----------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches an epoch, as the data loader's ``len()`` (a TypeError without one)."""
+        return len(self.data_loader)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str):
+        # A drop-in for the loader in code that reads its attributes
+        # (``loader.dataset``, ``loader.batch_size``).
+        loader = self.__dict__.get("data_loader")
+        if name.startswith("_") or loader is None:
+            raise AttributeError(name)
+        return getattr(loader, name)
+
     def __iter__(self):
+        # A new pass over the iterator: the consumer trained everything it was
+        # handed before (a prefetching consumer drains its buffer at a pass's end).
+        self._floor = max(self._floor, self.step)
         return self
+
+    def epochs(self, start: int = 0):
+        """The epoch numbers still to train, from the one a resumed run stopped in;
+        while it runs, each ``for batch in it`` is (the rest of) one epoch.
+
+        For scripts that do something after every epoch (evaluate, step a
+        scheduler): ``for epoch in it.epochs(start=1): train(it, ...); test(...);
+        scheduler.step()``. A preemption signalled in an epoch's last step
+        checkpoints at the next epoch's first batch, after that work."""
+        length = self._epoch_length()
+        if not length:
+            raise ValueError("epochs() needs a data loader with a length")
+        self._per_epoch = True
+        count = -(-self.total_steps // length)
+        for epoch in range(self.step // length, count):
+            yield start + epoch
 
     def _set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -488,6 +641,16 @@ class GavelIterator:
             return len(self.data_loader)
         except TypeError:
             return None
+
+    def _begin_epoch(self, epoch: int) -> None:
+        self._set_epoch(epoch)
+        # The order of a shuffled loader without set_epoch (DataLoader(shuffle=True))
+        # comes from these generators as the epoch begins: kept so that a resume in
+        # this epoch can draw the same order again.
+        self._epoch_starts = {e: s for e, s in self._epoch_starts.items() if e >= epoch - 1}
+        self._epoch_starts[epoch] = {"rng": rngstate.capture(),
+                                     "generators": rngstate.capture_generators(self.data_loader)}
+        self._inner = self._new_epoch_iterator()
 
     def _new_epoch_iterator(self):
         # A torch DataLoader draws its workers' base seed from torch's global RNG
@@ -509,11 +672,44 @@ class GavelIterator:
             raise ValueError("the data loader yields no batches")
         epoch, skip = (divmod(self.start_step, length) if length
                        else (0, self.start_step))
-        self._set_epoch(epoch)
-        self._inner = self._new_epoch_iterator()
-        for _ in range(skip):         # the batches of this epoch already trained on
-            self._fetch(allow_end=False)
-        self._last_time, self._last_step = time.monotonic(), self.step
+        saved = self._resume_state
+        if skip == 0 and (saved is None or not saved["pending"]):
+            # At an epoch's start: an uninterrupted run began this epoch at this very
+            # boundary, with the RNG and generators as they were saved.
+            if saved is not None:
+                self._restore_rng(saved["rng"])
+                rngstate.restore_generators(self.data_loader, saved["generators"])
+            self._begin_epoch(epoch)
+        else:
+            now = rngstate.capture()
+            if saved is not None:
+                began = saved["epoch_starts"].get(epoch)
+                if began is not None:        # replay the epoch's data as it was drawn
+                    rngstate.restore(began["rng"])
+                    rngstate.restore_generators(self.data_loader, began["generators"])
+                elif self.rank == 0:
+                    _log(f"no record of how epoch {epoch} began: its order on resume comes "
+                         f"from set_epoch only")
+            self._begin_epoch(epoch)
+            for _ in range(skip):         # the batches of this epoch already trained on
+                self._fetch(allow_end=False)
+            for before in saved["pending"] if saved is not None else ():
+                # handed out but not trained: fetched again, as they were drawn
+                rngstate.restore(before)
+                self._fetch_rngs.append(before)
+                self._buffer.append(self._fetch(allow_end=False))
+            # replaying drew nothing that training would have
+            rngstate.restore(now)
+            if saved is not None:
+                self._restore_rng(saved["rng"])
+        self._last_time, self._last_step = time.monotonic(), self.trained
+
+    def _restore_rng(self, state: dict) -> None:
+        if not self.restore_rng:
+            return
+        missed = rngstate.restore(state)
+        if missed and self.rank == 0:
+            _log(f"RNG not restored: {', '.join(missed)} (another GPU count)")
 
     def _fetch(self, allow_end: bool = True):
         try:
@@ -524,8 +720,7 @@ class GavelIterator:
                     raise
                 raise ValueError("the data loader has fewer batches than the checkpoint's "
                                  "step") from None
-        self._set_epoch(self.epoch + 1)
-        self._inner = self._new_epoch_iterator()
+        self._begin_epoch(self.epoch + 1)
         try:
             return next(self._inner)
         except StopIteration:
@@ -540,30 +735,55 @@ class GavelIterator:
 
     def __next__(self):
         if self._finished:
-            raise StopIteration
+            self._asked_after_done()
         if self.total_steps is not None and self.step >= self.total_steps:
             self._finish()
+            raise StopIteration
+        if self._epoch_end:           # epochs(): one epoch per pass
+            self._epoch_end = False
             raise StopIteration
         if self._inner is None:
             self._start_data()
         if self._stop_requested():
             self._preempt()
-        if self.progress_path is not None and self.step > self._last_step and \
+        if self.progress_path is not None and self.trained > self._last_step and \
                 time.monotonic() - self._last_time >= self.progress_interval:
             self._measured("progress")
-        try:
-            batch = self._fetch()
-        except StopIteration:           # no total_steps and a loader without a length
-            self._finish()
-            raise
+        if self._buffer:
+            batch = self._buffer.popleft()
+        else:
+            if self.prefetch:
+                self._fetch_rngs.append(rngstate.capture())
+            try:
+                batch = self._fetch()
+            except StopIteration:           # no total_steps and a loader without a length
+                self._finish()
+                raise
         self.step += 1
+        if self._per_epoch and self.step % self._epoch_length() == 0:
+            self._epoch_end = True
         return batch
 
     def _finish(self) -> None:
         # The signal handler stays installed: a signal that comes after the last
         # step is ignored (the job is about to exit 0), not fatal.
         self._finished = True
-        self._measured("done")
+        if self.trained >= self.step:    # else a prefetching consumer still trains
+            self._record_done()
+
+    def _record_done(self) -> None:
+        if not self._done_recorded:
+            self._done_recorded = True
+            self._floor = self.step
+            self._measured("done")
+
+    def _asked_after_done(self):
+        self._record_done()           # asking again: everything handed out was trained
+        raise RuntimeError(
+            f"GavelIterator: all {self.step} steps are done, but the training loop asked for "
+            f"another batch. End the loop when the iterator ends: one `for batch in it`, or "
+            f"`for epoch in it.epochs()` around it; a framework must stop after total_steps "
+            f"(e.g. Lightning's Trainer(max_steps=...)).")
 
     def _preempt(self) -> None:
         signame = _signal.Signals(self._signum).name if self._signum else "request"
@@ -572,7 +792,7 @@ class GavelIterator:
         path = self.checkpoint()
         if self.rank == 0:
             self._measured("checkpoint", save_seconds=round(self.save_seconds, 6))
-            _log(f"{signame}: checkpoint of step {self.step} saved to {path} in "
+            _log(f"{signame}: checkpoint of step {self.trained} saved to {path} in "
                  f"{self.save_seconds:.2f} s; exiting {self.requeue_exit_code} (requeue held)")
         # The handler stays: a second signal while exiting must not kill the process
         # (killed by a signal, the job would not be requeued held).
@@ -582,4 +802,4 @@ class GavelIterator:
 
     @property
     def remaining(self) -> int | None:
-        return None if self.total_steps is None else max(0, self.total_steps - self.step)
+        return None if self.total_steps is None else max(0, self.total_steps - self.trained)
