@@ -55,7 +55,11 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
   across restarts; the script then ends normally (exit 0). Without either: one
   epoch (``len(data_loader)`` steps; a loader without a length: until it is
   exhausted). A signal after the last step is ignored. No checkpoint is saved at
-  the end: save the final model yourself. With ``prefetch`` the ``done`` record
+  the end: save the final model yourself. With the ``done`` record the iterator
+  removes the checkpoints it wrote (they only serve to resume), and the default
+  directory when that empties it; ``keep_final_checkpoint=True`` (or
+  ``GAVEL_KEEP_CHECKPOINTS=1`` in the job's environment) keeps the last one.
+  With ``prefetch`` the ``done`` record
   waits for ``close()`` (or the next request). Asking for a batch after the end
   raises RuntimeError: a loop that outlives the iterator (an epoch loop longer
   than ``total_steps``, a framework without ``max_steps``) is a bug, not a spin.
@@ -151,6 +155,7 @@ REQUEUE_EXIT_CODE = 85
 DEFAULT_PROGRESS_INTERVAL = 30.0
 CHECKPOINT_DIR_ENV = "GAVEL_CHECKPOINT_DIR"
 PROGRESS_INTERVAL_ENV = "GAVEL_PROGRESS_INTERVAL"
+KEEP_ENV = "GAVEL_KEEP_CHECKPOINTS"     # "1": keep the last checkpoint when the job is done
 _CKPT = re.compile(r"step-([0-9]+)\Z")
 _TMP = re.compile(r"\.step-[0-9]+(\.rank-[0-9]+\.gavel)?\.tmp-[0-9]+\Z")
 _STATE = re.compile(r"step-([0-9]+)\.rank-[0-9]+\.gavel\Z")
@@ -317,7 +322,7 @@ class GavelIterator:
                  requeue_exit_code: int = REQUEUE_EXIT_CODE, progress: bool = True,
                  progress_interval: float | None = None, sync_every: int = 1,
                  keep_checkpoints: int = 1, *, epochs: int | None = None, prefetch: int = 0,
-                 restore_rng: bool = True):
+                 restore_rng: bool = True, keep_final_checkpoint: bool | None = None):
         if total_steps is not None and (int(total_steps) != total_steps or total_steps < 0):
             raise ValueError(f"total_steps must be a whole number >= 0, got {total_steps!r}")
         if sync_every < 1 or keep_checkpoints < 1:
@@ -336,6 +341,10 @@ class GavelIterator:
         self.total_steps = None if total_steps is None else int(total_steps)
         self.prefetch, self.restore_rng = int(prefetch), bool(restore_rng)
         self.requeue_exit_code = int(requeue_exit_code)
+        if keep_final_checkpoint is None:
+            keep_final_checkpoint = os.environ.get(KEEP_ENV, "").strip().lower() in (
+                "1", "true", "yes")
+        self.keep_final_checkpoint = bool(keep_final_checkpoint)
         self.sync_every, self.keep_checkpoints = int(sync_every), int(keep_checkpoints)
         env = os.environ
         self.job_id = env.get("SLURM_JOB_ID") or None
@@ -776,6 +785,25 @@ class GavelIterator:
             self._done_recorded = True
             self._floor = self.step
             self._measured("done")
+            if self.rank == 0 and not self.keep_final_checkpoint:
+                self._drop_checkpoints()
+
+    def _drop_checkpoints(self) -> None:
+        # A checkpoint is only for resuming this job, and a done job does not resume:
+        # left behind, every finished job would keep a model's worth of disk. Only what
+        # the iterator wrote goes; the directory too when that leaves it empty.
+        directory = self.checkpoint_dir
+        if directory is None or not directory.is_dir():
+            return
+        for _step, path in list_checkpoints(directory):
+            _remove(path)
+        for entry in os.listdir(directory):
+            if _STATE.match(entry) or _TMP.match(entry):
+                _remove(directory / entry)
+        try:
+            directory.rmdir()
+        except OSError:
+            pass                      # the user's own files are in it
 
     def _asked_after_done(self):
         self._record_done()           # asking again: everything handed out was trained
