@@ -78,7 +78,7 @@ from slurm_gavel.job.progress import parse_records  # noqa: E402
 from slurm_gavel.slurm import backend as backend_mod  # noqa: E402
 from slurm_gavel.slurm import jobscript  # noqa: E402
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
+from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
                                           node_list, parse_types, pick_ports,
                                           unavailable_reason)
 

@@ -157,7 +157,7 @@ def explain(s: Suggestion) -> list[str]:
 
 
 def register(commands) -> argparse.ArgumentParser:
-    from .queue import add_database_arguments
+    from ..cli.queue import add_database_arguments
     p = commands.add_parser(
         "billing", help="suggest TRESBillingWeights per partition from measured throughputs",
         description="Suggest per-partition TRESBillingWeights (GRES/gpu=W) so that an hour on a "
@@ -179,7 +179,7 @@ def register(commands) -> argparse.ArgumentParser:
 
 
 def cmd_billing(args) -> int:
-    from .queue import database_path, reading
+    from ..cli.queue import database_path, reading
 
     if not (args.scale > 0 and math.isfinite(args.scale)):
         raise InputError("--scale", f"must be > 0, got {args.scale}")

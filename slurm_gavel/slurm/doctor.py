@@ -342,7 +342,7 @@ def check_schema(db: Path) -> list[dict]:
     """The database's schema against this slurm-gavel's (the daemon migrates an older one
     at start; a newer one, from a later slurm-gavel, it refuses)."""
     import sqlite3
-    from .store import MIGRATIONS
+    from ..daemon.store import MIGRATIONS
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         try:
@@ -417,7 +417,7 @@ def check_progress_dir(path: str | None, raw_nodes: Iterable[dict]) -> list[dict
 
 def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
     """Every finding for this configuration and the cluster its Slurm commands reach."""
-    from . import config as config_mod
+    from ..daemon import config as config_mod
     cli = cli or config_mod.slurm_cli(config)
     out: list[dict] = []
     try:
@@ -463,7 +463,7 @@ def table(rows: list[dict]) -> str:
 
 
 def register(commands) -> argparse.ArgumentParser:
-    from .queue import add_config_argument
+    from ..cli.queue import add_config_argument
     p = commands.add_parser(
         "doctor", help="check the cluster's Slurm configuration and gavel.toml against what the "
                        "daemon needs",
@@ -477,12 +477,12 @@ def register(commands) -> argparse.ArgumentParser:
 
 
 def cmd_doctor(args) -> int:
-    from . import config as config_mod
-    from .queue import config_path
+    from ..daemon import config as config_mod
+    from ..cli.queue import config_path
     rows = clean(diagnose(config_mod.load(config_path(args))))
     errors = sum(r["level"] == "error" for r in rows)
     if args.json:
-        from .queue import dumps
+        from ..cli.queue import dumps
         print(dumps({"findings": rows, "errors": errors}))
     else:
         print(table(rows))

@@ -70,7 +70,7 @@ def register(commands) -> argparse.ArgumentParser:
 
 
 def cmd_release_all(args) -> int:
-    from . import config as config_mod
+    from ..daemon import config as config_mod
     cli = config_mod.slurm_cli(config_mod.load(args.config)) if args.config else SlurmCLI()
     rows = release_all(cli, args.partitions, dry_run=args.dry_run)
     if args.json:

@@ -36,7 +36,7 @@ from typing import Sequence
 
 from ..core.display import clean
 from ..core.errors import GavelError, InputError
-from .table import UNCONSOLIDATED_SUFFIX, ThroughputTable
+from ..estimator.table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
@@ -51,7 +51,7 @@ def register(commands) -> argparse.ArgumentParser:
                     "active job, with sample counts and confidence), or import/export the "
                     "per-model measurements in Gavel's JSON layout or a plain CSV.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    from ..slurm.queue import add_database_arguments as common    # --db, --config
+    from .queue import add_database_arguments as common    # --db, --config
 
     show = sub.add_parser("show", help="measured throughputs per model, estimates per active job")
     common(show)
@@ -105,7 +105,7 @@ def _one_line(message) -> str:
 
 
 def _database(args) -> str:
-    from ..slurm.queue import database_path
+    from .queue import database_path
     return database_path(args)
 
 
@@ -257,7 +257,7 @@ def csv_text(rows: Sequence[dict]) -> str:
 
 # -- the actions --------------------------------------------------------------------------
 def _import(args) -> int:
-    from ..slurm.store import SqliteStore
+    from ..daemon.store import SqliteStore
 
     if args.samples < 1:
         raise InputError("--samples", f"must be >= 1, got {args.samples}")
@@ -283,7 +283,7 @@ def _import(args) -> int:
 
 
 def _measured_rows(args) -> list[dict]:
-    from ..slurm.queue import reading
+    from .queue import reading
 
     with reading(args) as store:
         model_rows, _ = store.load_throughputs()
@@ -366,7 +366,7 @@ def _number(value) -> str:
 
 
 def _show(args) -> int:
-    from ..slurm.queue import reading
+    from .queue import reading
 
     with reading(args) as store:
         data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text

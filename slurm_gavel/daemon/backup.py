@@ -48,7 +48,7 @@ def backup(database: str | Path, dest: str | Path, force: bool = False) -> Path:
 
 
 def register(commands) -> argparse.ArgumentParser:
-    from .queue import add_database_arguments
+    from ..cli.queue import add_database_arguments
     p = commands.add_parser(
         "backup", help="a consistent copy of the daemon's database (also while it runs)",
         description="Copy the daemon's SQLite database to DEST with SQLite's online backup: "
@@ -62,7 +62,7 @@ def register(commands) -> argparse.ArgumentParser:
 
 
 def cmd_backup(args) -> int:
-    from .queue import database_path
+    from ..cli.queue import database_path
     src = database_path(args)
     dest = backup(src, args.dest, force=args.force)
     print(f"{src} -> {dest}")

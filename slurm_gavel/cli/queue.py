@@ -24,7 +24,7 @@ from typing import Iterator, Sequence
 
 from ..core.display import clean
 from ..core.errors import GavelError, InputError
-from .store import SqliteStore
+from ..daemon.store import SqliteStore
 
 COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",
@@ -242,7 +242,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_path(args) -> str | None:
     """--config, else /etc/slurm/gavel.toml where it exists, else None (the built-in defaults)."""
     import os
-    from . import config as config_mod
+    from ..daemon import config as config_mod
     return args.config or (config_mod.DEFAULT_PATH if os.path.exists(config_mod.DEFAULT_PATH) else None)
 
 
@@ -250,7 +250,7 @@ def database_path(args) -> str:
     """--db, else the database of the config `config_path` finds."""
     if args.db:
         return args.db
-    from . import config as config_mod
+    from ..daemon import config as config_mod
     return config_mod.load(config_path(args)).database
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import jobscript as templates
-from .commands import SlurmCLI
+from ..slurm import jobscript as templates
+from ..slurm.commands import SlurmCLI
 
 
 class _SubmitParser(argparse.ArgumentParser):

@@ -49,12 +49,12 @@ from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy, resolve
 from ..core.recompute import Background
-from .backend import SlurmBackend
+from ..slurm.backend import SlurmBackend
 from .decisions import decide
-from .fairshare import FairshareWeights
-from .doctor import exit_codes
+from ..slurm.fairshare import FairshareWeights
+from ..slurm.doctor import exit_codes
 from .lock import DatabaseLock, LockError, LockUnavailable
-from .multi_pairs import StoredRequests
+from ..slurm.multi_pairs import StoredRequests
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable

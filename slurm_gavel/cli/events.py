@@ -19,7 +19,7 @@ from datetime import datetime
 from ..core.display import clean
 from ..core.errors import InputError
 from .queue import add_database_arguments, dumps, job_ids, reading
-from .store import SqliteStore
+from ..daemon.store import SqliteStore
 
 ENDED = {"completed": "finished", "failed": "failed", "cancelled": "cancelled",
          "timeout": "hit its time limit", "node_fail": "ended with its node failing",

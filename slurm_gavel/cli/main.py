@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import __version__
-from .core.errors import GavelError, InputError, SolverError, UnknownPolicyError
+from .. import __version__
+from ..core.errors import GavelError, InputError, SolverError, UnknownPolicyError
 
 PROG = "slurm-gavel"
 EXIT_OK, EXIT_SOLVER, EXIT_INPUT = 0, 1, 2
@@ -72,34 +72,34 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shadow mode: compute and log every decision, change nothing in Slurm")
     daemon.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds (tests)")
     daemon.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    from .slurm.queue import add_arguments
+    from .queue import add_arguments
     queue = commands.add_parser(
         "queue", help="the scheduler's view of the jobs (also installed as gqueue)",
         description="Every gavel job: GPU type now, target share per type, time received per "
                     "type, priority, rounds, and why it waits. Reads the daemon's database.")
     add_arguments(queue)
     try:
-        from .slurm.devcluster import register
+        from .cluster import register
     except ImportError:      # pragma: no cover
         pass
     else:
         register(commands)
-    from .slurm.submit import register as register_submit
+    from .submit import register as register_submit
     register_submit(commands)
-    from .estimator.cli import register as register_throughputs
+    from .throughputs import register as register_throughputs
     register_throughputs(commands)
-    from .slurm.undo import register as register_undo
+    from ..slurm.undo import register as register_undo
     register_undo(commands)
-    from .slurm.events import register as register_events
+    from .events import register as register_events
     register_events(commands)
-    from .slurm.explain import register as register_explain
+    from .explain import register as register_explain
     register_explain(commands)
     _replay_parser(commands)
-    from .slurm.billing import register as register_billing
+    from ..slurm.billing import register as register_billing
     register_billing(commands)
-    from .slurm.doctor import register as register_doctor
+    from ..slurm.doctor import register as register_doctor
     register_doctor(commands)
-    from .slurm.backup import register as register_backup
+    from ..daemon.backup import register as register_backup
     register_backup(commands)
     return parser
 
@@ -124,7 +124,7 @@ def _workload_options(p):
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
                    help="measure jobs FIRST <= id < END (the steady state) and stop when they are done")
-    from .core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
+    from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
     p.add_argument("--restart-seconds", "--checkpoint-seconds", type=float, dest="restart_seconds",
                    default=MEASURED_RESTART_SECONDS, metavar="S",
                    help="time a job loses each time it is started or resumed (requeue, launch, "
@@ -202,7 +202,7 @@ def _alias_label(name: str, alias) -> str:
 
 def policy_table() -> list[dict]:
     """Every registered policy with its aliases, in registry order."""
-    from .policies import ALIASES, POLICIES
+    from ..policies import ALIASES, POLICIES
 
     rows = []
     for name, cls in POLICIES.items():
@@ -214,7 +214,7 @@ def policy_table() -> list[dict]:
 
 
 def cmd_policies(args) -> int:
-    from .policies import ALIASES
+    from ..policies import ALIASES
 
     rows = policy_table()
     if args.json:
@@ -302,8 +302,8 @@ def format_table(allocation, inp) -> str:
 
 
 def cmd_solve(args) -> int:
-    from .core.inputs import load_policy_input
-    from .policies import make_policy, resolve
+    from ..core.inputs import load_policy_input
+    from ..policies import make_policy, resolve
 
     try:
         policy = make_policy(args.policy, agnostic=args.agnostic, space_sharing=args.space_sharing)
@@ -370,8 +370,8 @@ def _check_output(path: str | None, option: str):
 
 
 def _run_config(args, **overrides):
-    from .sim.experiments import RunConfig
-    from .sim.simulator import parse_cluster
+    from ..sim.experiments import RunConfig
+    from ..sim.simulator import parse_cluster
 
     _positive(args.round_seconds, "--round")
     _positive(args.restart_seconds, "--restart-seconds", allow_zero=True)
@@ -402,7 +402,7 @@ def _run_config(args, **overrides):
 
 
 def _check_policy(name: str, space_sharing: bool, option: str = "--policy"):
-    from .policies import make_policy
+    from ..policies import make_policy
     try:
         make_policy(name, space_sharing=space_sharing)
     except UnknownPolicyError as err:
@@ -477,8 +477,8 @@ def format_summary(row: dict) -> str:
 
 
 def cmd_simulate(args) -> int:
-    from .sim.experiments import atomic_write, jobs_csv, plot_jct_cdf, simulate_config
-    from .sim.simulator import summarize
+    from ..sim.experiments import atomic_write, jobs_csv, plot_jct_cdf, simulate_config
+    from ..sim.simulator import summarize
 
     _check_policy(args.policy, args.space_sharing)
     _check_output(args.csv, "--csv")
@@ -517,8 +517,8 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_daemon(args) -> int:
-    from .slurm.daemon import main as daemon_main
-    from .slurm.queue import config_path
+    from ..daemon.daemon import main as daemon_main
+    from .queue import config_path
 
     if args.max_rounds is not None and args.max_rounds < 1:
         raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")
@@ -526,12 +526,12 @@ def cmd_daemon(args) -> int:
 
 
 def cmd_queue(args) -> int:
-    from .slurm.queue import run
+    from .queue import run
     return run(args)
 
 
 def cmd_sweep(args) -> int:
-    from .sim.experiments import atomic_write, plot_sweep, rows_csv, sweep
+    from ..sim.experiments import atomic_write, plot_sweep, rows_csv, sweep
 
     policies = _policy_list(args.policies, args.space_sharing, "--policy")
     try:
@@ -549,7 +549,7 @@ def cmd_sweep(args) -> int:
         raise InputError("--policies/--rates/--seeds", "each needs at least one value")
     base = _run_config(args, policy=policies[0][0])
     # check the table and cluster once here, not in every worker
-    from .sim.experiments import check_config
+    from ..sim.experiments import check_config
     check_config(base)
     if args.processes is not None and args.processes < 1:
         raise InputError("--processes", f"must be >= 1, got {args.processes}")
@@ -574,8 +574,8 @@ def cmd_sweep(args) -> int:
 
 # -- replay: the site's own history under each policy (slurm.history + sim.replay) --------
 def _replay_parser(commands):
-    from .core.engine import MEASURED_RESTART_SECONDS
-    from .slurm.history import HISTORY_FIELDS
+    from ..core.engine import MEASURED_RESTART_SECONDS
+    from ..slurm.history import HISTORY_FIELDS
 
     p = commands.add_parser(
         "replay", help="replay the cluster's own Slurm history under each policy (sacct)",
@@ -634,13 +634,13 @@ def _replay_policies(value: str) -> list[tuple[str, bool]]:
 def cmd_replay(args) -> int:
     """sacct -> slurm.history records -> sim.replay trace and rows -> one table."""
     import re
-    from .core.display import clean
-    from .estimator.table import ThroughputTable
-    from .sim.replay import build, compare, parse_speeds, table_text, with_job_rows
-    from .sim.simulator import parse_cluster
-    from .slurm.commands import SlurmCLI
-    from .slurm.history import cluster_shape, load_history, replay_records
-    from .slurm.records import parse_nodes
+    from ..core.display import clean
+    from ..estimator.table import ThroughputTable
+    from ..sim.replay import build, compare, parse_speeds, table_text, with_job_rows
+    from ..sim.simulator import parse_cluster
+    from ..slurm.commands import SlurmCLI
+    from ..slurm.history import cluster_shape, load_history, replay_records
+    from ..slurm.records import parse_nodes
 
     policies = _replay_policies(args.policies)
     speeds = parse_speeds(args.speeds)
@@ -680,14 +680,14 @@ def cmd_replay(args) -> int:
                          + "".join(f"; {n} {why}" for why, n in sorted(reasons.items())))
     sim_table = with_job_rows(table, replay.rows, list(cluster))
     if args.save_trace:
-        from .sim.workloads import write_trace
+        from ..sim.workloads import write_trace
         write_trace(args.save_trace + ".trace", replay.trace)
         sim_table.to_gavel_json(args.save_trace + ".json")
     rows = compare(replay.trace, sim_table, cluster, gpus_per_node, policies, replay.observed,
                    round_seconds=args.round_seconds, restart_seconds=args.restart_seconds,
                    max_rounds=args.max_rounds)
     if args.plot:
-        from .sim.experiments import plot_jct_cdf
+        from ..sim.experiments import plot_jct_cdf
         plot_jct_cdf({r["policy"]: r["jct_hours"] for r in rows}, args.plot,
                      title="JCT on this cluster's own history")
     if args.json:

@@ -16,7 +16,7 @@ import sys
 from ..core.display import clean
 from ..core.errors import InputError
 from .queue import _hours, add_database_arguments, dumps, reading
-from .store import SqliteStore
+from ..daemon.store import SqliteStore
 
 
 def _num(p) -> str:
