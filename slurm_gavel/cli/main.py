@@ -88,18 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     register_submit(commands)
     from .throughputs import register as register_throughputs
     register_throughputs(commands)
-    from ..slurm.undo import register as register_undo
+    from .undo import register as register_undo
     register_undo(commands)
     from .events import register as register_events
     register_events(commands)
     from .explain import register as register_explain
     register_explain(commands)
     _replay_parser(commands)
-    from ..slurm.billing import register as register_billing
+    from .billing import register as register_billing
     register_billing(commands)
-    from ..slurm.doctor import register as register_doctor
+    from .doctor import register as register_doctor
     register_doctor(commands)
-    from ..daemon.backup import register as register_backup
+    from .backup import register as register_backup
     register_backup(commands)
     return parser
 
@@ -518,7 +518,7 @@ def cmd_simulate(args) -> int:
 
 def cmd_daemon(args) -> int:
     from ..daemon.daemon import main as daemon_main
-    from .queue import config_path
+    from .common import config_path
 
     if args.max_rounds is not None and args.max_rounds < 1:
         raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")

@@ -51,7 +51,7 @@ def register(commands) -> argparse.ArgumentParser:
                     "active job, with sample counts and confidence), or import/export the "
                     "per-model measurements in Gavel's JSON layout or a plain CSV.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    from .queue import add_database_arguments as common    # --db, --config
+    from .common import add_database_arguments as common    # --db, --config
 
     show = sub.add_parser("show", help="measured throughputs per model, estimates per active job")
     common(show)
@@ -105,7 +105,7 @@ def _one_line(message) -> str:
 
 
 def _database(args) -> str:
-    from .queue import database_path
+    from .common import database_path
     return database_path(args)
 
 
@@ -283,7 +283,7 @@ def _import(args) -> int:
 
 
 def _measured_rows(args) -> list[dict]:
-    from .queue import reading
+    from .common import reading
 
     with reading(args) as store:
         model_rows, _ = store.load_throughputs()
@@ -366,7 +366,7 @@ def _number(value) -> str:
 
 
 def _show(args) -> int:
-    from .queue import reading
+    from .common import reading
 
     with reading(args) as store:
         data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text

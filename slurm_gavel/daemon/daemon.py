@@ -52,7 +52,7 @@ from ..core.recompute import Background
 from ..slurm.backend import SlurmBackend
 from .decisions import decide
 from ..slurm.fairshare import FairshareWeights
-from ..slurm.doctor import exit_codes
+from ..slurm.records import requeue_exit_codes
 from .lock import DatabaseLock, LockError, LockUnavailable
 from ..slurm.multi_pairs import StoredRequests
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
@@ -181,7 +181,7 @@ class Daemon:
         except GavelError as e:
             log.warning("cannot read Slurm's configuration: %s", e)
             return
-        if config.requeue_exit_code not in exit_codes(hold):
+        if config.requeue_exit_code not in requeue_exit_codes(hold):
             log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
                         "will end instead of being requeued held. Add RequeueExitHold=%d.",
                         hold or "(unset)", config.requeue_exit_code, config.requeue_exit_code)
