@@ -6,7 +6,6 @@ Exit codes: 0 done (or, for `status`, the cluster runs), 1 it failed or does not
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Mapping
 from ..core.errors import GavelError, InputError
 from ..devcluster import (DEFAULT_CTLD_PORT, DEFAULT_SLURMD_PORT, DEFAULT_TYPES, DevCluster,
                           default_directory, default_job_submit_lua, format_types, parse_types)
-from ..devcluster.procs import one_line
+from .common import dumps, fail, print_json
 def register(commands) -> argparse.ArgumentParser:
     """Add `cluster up|down|status` to an argparse subparsers object."""
     p = commands.add_parser(
@@ -57,7 +56,7 @@ def cmd_cluster(args) -> int:
             cluster.up()
             status = cluster.status()
             if args.json:
-                print(json.dumps(status, indent=1))
+                print_json(status, indent=1)
             else:
                 print(f"slurm-gavel: {len(status['nodes'])} nodes up in {cluster.directory}; "
                       f"stop with `slurm-gavel cluster down --dir {cluster.directory}`",
@@ -71,14 +70,10 @@ def cmd_cluster(args) -> int:
                   file=sys.stderr)
             return 0
         status = cluster.status()
-        print(json.dumps(status, indent=1) if args.json else format_status(status))
+        print(dumps(status, indent=1) if args.json else format_status(status))
         return 0 if status["running"] else 1
-    except InputError as err:
-        print(f"slurm-gavel: error: {one_line(str(err))}", file=sys.stderr)
-        return 2
-    except GavelError as err:
-        print(f"slurm-gavel: error: {one_line(str(err))}", file=sys.stderr)
-        return 1
+    except GavelError as err:           # called directly by tests, not only through `main`
+        return fail(err, limit=400)
 
 
 def format_status(status: Mapping) -> str:

@@ -1,4 +1,4 @@
-"""`slurm-gavel throughputs show|import|export`: the throughput table the daemon learns (issue 6).
+"""`slurm-gavel throughputs show|import|export`: the throughput table the daemon learns.
 
     slurm-gavel throughputs show   [--db PATH | --config FILE] [--pairs] [--model NAME] [--json]
     slurm-gavel throughputs import FILE [--db PATH | --config FILE] [--format json|csv] [--replace]
@@ -15,7 +15,7 @@ fingerprint, exploration, ...) and its confidence.
 daemon reads them when it starts, and keeps smoothing them with what it
 measures); `export` writes the per-model measurements out.  Two layouts:
 Gavel's JSON (solo, pair and ``_unconsolidated`` entries; see
-slurm_gavel.sim.workloads.ThroughputTable) and a plain CSV with the header
+`estimator.table.ThroughputTable`) and a plain CSV with the header
 ``model,worker_type,scale_factor,steps_per_second`` (solo throughputs of
 jobs on one server only).
 
@@ -38,6 +38,7 @@ from ..core.display import clean
 from ..core.errors import GavelError, InputError
 from ..estimator.table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
+from .common import dumps, fail
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
 FORMATS = ("json", "csv")
@@ -78,15 +79,8 @@ def cmd_throughputs(args) -> int:
     """Handler of `throughputs`: 0 ok, 2 bad input, 1 failure (one line on stderr)."""
     try:
         return {"show": _show, "import": _import, "export": _export}[args.action](args)
-    except InputError as err:
-        print(f"slurm-gavel: error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except GavelError as err:
-        print(f"slurm-gavel: error: {_one_line(err)}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        print(f"slurm-gavel: error: {_one_line(err)}", file=sys.stderr)
-        return 2
+    except (GavelError, OSError) as err:    # called directly by `main` below and by tests
+        return fail(err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,10 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else 2
     return args.handler(args)
-
-
-def _one_line(message) -> str:
-    return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
 
 
 def _database(args) -> str:
@@ -370,7 +360,7 @@ def _show(args) -> int:
 
     with reading(args) as store:
         data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text
-    print(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) if args.json
+    print(dumps(data) if args.json
           else show_text(data))
     return 0
 
