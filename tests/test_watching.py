@@ -144,7 +144,7 @@ def test_syslog_that_stops_reading_does_not_block_the_daemon():
     """A unix datagram socket queues a few messages; the standard handler then blocks."""
     import logging
 
-    from slurm_gavel.daemon.daemon import SysLog
+    from slurm_gavel.daemon.logs import SysLog
 
     sockdir = Path(tempfile.mkdtemp(prefix="gvl"))
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -276,7 +276,7 @@ def test_users_text_is_escaped_in_the_log_file_and_syslog(tmp_path):
     import logging
 
     from slurm_gavel.daemon import config as config_mod
-    from slurm_gavel.daemon.daemon import log_to
+    from slurm_gavel.daemon.logs import log_to
 
     sockdir = Path(tempfile.mkdtemp(prefix="gvl"))
     receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -135,7 +135,7 @@ def check_progress_dir(path: str | None, raw_nodes: Iterable[dict]) -> list[dict
 
 def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
     """Every finding for this configuration and the cluster its Slurm commands reach."""
-    from ..daemon import config as config_mod
+    from . import config as config_mod
     cli = cli or config_mod.slurm_cli(config)
     out: list[dict] = []
     try:

@@ -19,6 +19,7 @@ from typing import Iterable, Mapping, Sequence
 from ..core.display import printable
 from ..core.errors import InputError
 from ..estimator.table import ThroughputTable
+from . import gputypes
 
 Key = tuple  # (model, scale factor)
 
@@ -126,13 +127,10 @@ def job_mix(store) -> dict[Key, float]:
 
 
 def partition_types(nodes) -> dict[str, tuple[str, ...]]:
-    """partition -> the GPU types of its nodes (SlurmNode list)."""
-    out: dict[str, set] = {}
-    for n in nodes:
-        if n.gpu_type and n.gpus:
-            for p in n.partitions:
-                out.setdefault(p, set()).add(n.gpu_type)
-    return {p: tuple(sorted(ts)) for p, ts in sorted(out.items())}
+    """partition -> the GPU types of its nodes (SlurmNode list); partitions without typed
+    GPUs left out."""
+    typed = {p: tuple(sorted(t for t in ts if t)) for p, ts in gputypes.partition_types(nodes).items()}
+    return {p: ts for p, ts in sorted(typed.items()) if ts}
 
 
 def explain(s: Suggestion) -> list[str]:

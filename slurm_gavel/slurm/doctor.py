@@ -39,7 +39,7 @@ from pathlib import Path
 from .. import __version__
 from ..core.errors import GavelError
 from .commands import SlurmCLI, parse_version
-from .gputypes import discover, from_config
+from .gputypes import discover, from_config, partition_types
 from .records import parse_nodes, requeue_exit_codes, socket_bound
 
 LEVELS = ("error", "warning", "info")
@@ -203,10 +203,7 @@ def check_nodes(nodes_data: dict, partitions: dict[str, str], gpu_types: dict | 
         out.append(finding("error", "gres_type", f"nodes {','.join(untyped)} have GPUs without a type "
                            "(gpu:N): the daemon cannot tell their GPU type",
                            "give each GPU a type: Gres=gpu:TYPE:N in slurm.conf and Type=TYPE in gres.conf"))
-    types: dict[str, set] = {}
-    for n in nodes:
-        for p in n.partitions:
-            types.setdefault(p, set()).add(n.gpu_type)
+    types = partition_types(nodes)
     if gpu_types:
         try:
             where = from_config(partitions, gpu_types).where

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 
 from ..core.errors import GavelError
-from .backend import GAVEL_PREFIX
 from .commands import SlurmCLI, name
-from .flags import admin_flags, admin_status
+from .flags import admin_flags, admin_status, is_admin_comment
 from .records import parse_jobs
 
 
 def held_gavel_jobs(cli: SlurmCLI) -> list:
     """Pending gavel jobs (AdminComment written by job_submit.lua) that are held."""
     return [j for j in parse_jobs(cli.squeue())
-            if j.admin_comment.startswith(GAVEL_PREFIX) and j.primary_state == "PENDING"
+            if is_admin_comment(j.admin_comment) and j.primary_state == "PENDING"
             and "JobHeld" in j.reason]
 
 
