@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a start and a restart of a real gavel training job cost on a local Slurm cluster.
 
-Starts a local cluster (slurm_gavel/slurm/devcluster.py: one node of one GPU per
+Starts a local cluster (slurm_gavel/devcluster/: one node of one GPU per
 type, v100 and k80, random free ports, state in a temporary directory, stopped by
 pid at the end), submits the project's PyTorch template job (job_templates/,
 `slurm_gavel.job.templates`, default resnet18, held by job_submit.lua as every

@@ -84,7 +84,7 @@ def cmd_throughputs(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`slurm-gavel throughputs ...` on its own (tests; before it is registered in cli.py)."""
+    """`slurm-gavel throughputs ...` on its own parser (the tests call it)."""
     parser = argparse.ArgumentParser(prog="slurm-gavel")
     register(parser.add_subparsers(dest="command", required=True))
     try:

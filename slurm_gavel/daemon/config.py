@@ -75,7 +75,7 @@ class Config:
     slurm_bin_dir: str | None = None
     slurm_conf: str | None = None        # SLURM_CONF for the Slurm commands
     command_timeout_seconds: float = 30.0
-    # Watching (slurm/metrics.py, slurm_conf/README.md): a Prometheus endpoint when a port is set
+    # Watching (daemon/metrics.py, slurm_conf/README.md): a Prometheus endpoint when a port is set
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"    # localhost only unless the admin opens it
     metrics_per_job: bool = False        # per-job series (a label per job id): opt-in
