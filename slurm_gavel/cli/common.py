@@ -82,6 +82,14 @@ def align(rows: Iterable[Sequence[str]], right: Iterable[int] = (), sep: str = "
                      for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
 
 
+def hours(seconds: float) -> str:
+    """Seconds as H:MM:SS (hours not wrapped at a day), for TIME columns."""
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
 def dumps(data, indent: int = 2) -> str:
     """`data` (already `clean`ed: no raw control characters, no inf) as strict JSON."""
     return json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False, default=lambda v: None)
@@ -122,4 +130,4 @@ def fail(err: BaseException, prog: str = PROG, limit: int | None = None) -> int:
 
 __all__ = ["EXIT_FAILED", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "PROG", "add_config_argument",
            "add_database_arguments", "align", "config_path", "database_path", "dumps", "exit_code", "fail",
-           "job_ids", "one_line", "print_json", "reading"]
+           "hours", "job_ids", "one_line", "print_json", "reading"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 
 from ..core.display import clean
-from ..daemon.views import explain, hours, number
-from .common import add_database_arguments, dumps, reading
+from ..daemon.views import explain, number
+from .common import add_database_arguments, dumps, hours, reading
 
 
 def text(e: dict) -> str:

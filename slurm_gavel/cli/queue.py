@@ -21,8 +21,8 @@ from typing import Sequence
 
 from ..core.display import clean
 from ..core.errors import GavelError, InputError
-from ..daemon.views import DEPARTED, SHADOW, cluster_rows, hours, rows
-from .common import EXIT_INPUT, add_database_arguments, align, dumps, fail, job_ids, reading
+from ..daemon.views import DEPARTED, SHADOW, cluster_rows, rows
+from .common import EXIT_INPUT, add_database_arguments, align, dumps, fail, hours, job_ids, reading
 
 COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",

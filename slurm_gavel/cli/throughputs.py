@@ -38,6 +38,7 @@ from ..core.display import clean
 from ..core.errors import GavelError, InputError
 from ..estimator.table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
+from ..daemon.views import throughputs
 from .common import dumps, fail
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
@@ -299,23 +300,6 @@ def _export(args) -> int:
     return 0
 
 
-def show_data(store, models: Sequence[str] = (), pairs: bool = False) -> dict:
-    model_rows, job_rows = store.load_throughputs()
-    wanted = set(models)
-    measured = [r for r in model_rows if (pairs or not r["partner"]) and (not wanted or r["model"] in wanted)]
-    measured.sort(key=lambda r: (r["model"], r["scale_factor"], r["partner"], r["spread"], r["worker_type"]))
-    samples = {(r["job"], r["worker_type"]): r["samples"] for r in job_rows
-               if not r["partner"] and not r["spread"]}
-    estimates = []
-    for e in store.throughput_estimates():
-        if wanted and e["model"] not in wanted:
-            continue
-        e = dict(e)
-        e["samples"] = samples.get((e["job"], e["worker_type"]), 0)
-        estimates.append(e)
-    return {"measured": measured, "estimates": estimates}
-
-
 def show_text(data: dict) -> str:
     lines = []
     measured = data["measured"]
@@ -359,11 +343,11 @@ def _show(args) -> int:
     from .common import reading
 
     with reading(args) as store:
-        data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text
+        data = clean(throughputs(store, args.model, args.pairs))    # models, jobs: users' text
     print(dumps(data) if args.json
           else show_text(data))
     return 0
 
 
 __all__ = ["CSV_FIELDS", "cmd_throughputs", "csv_text", "main", "read_rows", "register", "rows_table",
-           "show_data", "show_text", "table_rows"]
+           "show_text", "table_rows"]

@@ -5,7 +5,7 @@ str/number/None), the same for a table and for ``--json``: `rows` and `cluster_r
 (gqueue: every job with its state, share, time received and why it waits; per GPU type:
 GPUs, busy, share, utilization), `explain` (one job: its share per type against what it
 received, and what it needs to run next round), `events` (what happened to jobs, each
-event as a sentence fragment by `words`).
+event as a sentence fragment by `words`), `throughputs` (what was measured and estimated).
 
 The strings come from users (names, models, reasons) and from Slurm: the caller passes
 every row through `core.display.clean` before printing it.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import Sequence
 
 from ..core.errors import InputError
 from .store import SqliteStore
@@ -30,13 +31,6 @@ DEPARTED = {"completed": "CD", "failed": "F", "cancelled": "CA", "node_fail": "N
 ENDED = {"completed": "finished", "failed": "failed", "cancelled": "cancelled",
          "timeout": "hit its time limit", "node_fail": "ended with its node failing",
          "preempted": "preempted by Slurm", "lost": "lost"}
-
-def hours(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}"
-
 
 def rows(store: SqliteStore, users=(), types=(), job_ids=(),
          states=("active",)) -> tuple[list[dict], list[str]]:
@@ -249,3 +243,25 @@ def events(store: SqliteStore, jobs=(), since: float | None = None, actions: boo
     return out
 
 
+def throughputs(store: SqliteStore, models: Sequence[str] = (), pairs: bool = False) -> dict:
+    """`slurm-gavel throughputs show`: the measured throughputs per model (alone, and with
+    `pairs` in pairs too; only `models` if given), and per active job the estimate per type
+    the policy was last given, with how many samples measured it."""
+    model_rows, job_rows = store.load_throughputs()
+    wanted = set(models)
+    measured = [r for r in model_rows if (pairs or not r["partner"]) and (not wanted or r["model"] in wanted)]
+    measured.sort(key=lambda r: (r["model"], r["scale_factor"], r["partner"], r["spread"], r["worker_type"]))
+    samples = {(r["job"], r["worker_type"]): r["samples"] for r in job_rows
+               if not r["partner"] and not r["spread"]}
+    estimates = []
+    for e in store.throughput_estimates():
+        if wanted and e["model"] not in wanted:
+            continue
+        e = dict(e)
+        e["samples"] = samples.get((e["job"], e["worker_type"]), 0)
+        estimates.append(e)
+    return {"measured": measured, "estimates": estimates}
+
+
+__all__ = ["DEPARTED", "ENDED", "PLANNED", "SHADOW", "cluster_rows", "events", "explain", "number",
+           "rows", "shape_of", "throughputs", "words"]
