@@ -70,13 +70,15 @@ def job_ids(values: Sequence[str]) -> list[str]:
 
 
 # -- output ----------------------------------------------------------------------------
-def align(rows: Iterable[Sequence[str]], right: Iterable[int] = (), sep: str = "  ") -> list[str]:
-    """Rows of cells as lines of aligned columns: each column as wide as its widest cell,
-    left-aligned except the column indexes in `right`; no trailing blanks (the last column
-    is never padded out), so `awk` and friends split the lines as a reader sees them."""
+def align(rows: Iterable[Sequence[str]], right: Iterable[int] = (), sep: str = "  ",
+          minimum: dict[int, int] | None = None) -> list[str]:
+    """Rows of cells as lines of aligned columns: each column as wide as its widest cell (at
+    least `minimum[i]`), left-aligned except the column indexes in `right`; no trailing
+    blanks (the last column is never padded out), so `awk` and friends split the lines as
+    a reader sees them."""
     rows = [[str(c) for c in row] for row in rows]
-    right = set(right)
-    widths = [max(len(row[c]) for row in rows if c < len(row))
+    right, minimum = set(right), minimum or {}
+    widths = [max([minimum.get(c, 0)] + [len(row[c]) for row in rows if c < len(row)])
               for c in range(max((len(row) for row in rows), default=0))]
     return [sep.join(c.rjust(w) if i in right else c.ljust(w)
                      for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]

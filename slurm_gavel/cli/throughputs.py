@@ -39,7 +39,7 @@ from ..core.errors import GavelError, InputError
 from ..estimator.table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
 from ..daemon.views import throughputs
-from .common import dumps, fail
+from .common import align, dumps, fail
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
 FORMATS = ("json", "csv")
@@ -307,30 +307,26 @@ def show_text(data: dict) -> str:
     if not measured:
         lines.append("  (nothing measured yet)")
     else:
-        width = max(len("MODEL"), *(len(r["model"]) for r in measured))
-        pw = max(len("PARTNER"), *(len(r["partner"] or "-") for r in measured))
-        lines.append(f"  {'MODEL':<{width}} {'GPUS':>4} {'TYPE':<8} {'PARTNER':<{pw}} {'PLACEMENT':<9} "
-                     f"{'STEPS/S':>10} {'SAMPLES':>7}")
-        for r in measured:
-            lines.append(f"  {r['model']:<{width}} {r['scale_factor']:>4} {r['worker_type']:<8} "
-                         f"{r['partner'] or '-':<{pw}} {'spread' if r['spread'] else 'packed':<9} "
-                         f"{_number(r['steps_per_second']):>10} {r['samples']:>7}")
+        rows = [["MODEL", "GPUS", "TYPE", "PARTNER", "PLACEMENT", "STEPS/S", "SAMPLES"]]
+        rows += [[r["model"], r["scale_factor"], r["worker_type"], r["partner"] or "-",
+                  "spread" if r["spread"] else "packed", _number(r["steps_per_second"]), r["samples"]]
+                 for r in measured]
+        lines += ["  " + line for line in align(rows, right=(1, 5, 6), sep=" ", minimum={2: 8, 5: 10})]
     lines.append("")
     lines.append("ESTIMATES (active jobs; what the policy was last given)")
     estimates = data["estimates"]
     if not estimates:
         lines.append("  (no active job has been estimated)")
     else:
-        width = max(len("MODEL"), *(len(e["model"]) for e in estimates))
-        jw = max(len("JOBID"), *(len(e["job"]) for e in estimates))
-        lines.append(f"  {'JOBID':<{jw}} {'MODEL':<{width}} {'GPUS':>4} {'TYPE':<8} {'STEPS/S':>10} "
-                     f"{'KIND':<11} {'CONF':>5} {'SAMPLES':>7}  PHASE")
+        # PHASE is set off by two blanks: its cell starts with one more
+        rows = [["JOBID", "MODEL", "GPUS", "TYPE", "STEPS/S", "KIND", "CONF", "SAMPLES", " PHASE"]]
         for e in estimates:
-            text = _number(e["steps_per_second"])
             phase = e["phase"] + (f" (like {e['proxy']})" if e["phase"] == "fingerprint" and e["proxy"] else "")
-            lines.append(f"  {e['job']:<{jw}} {e['model']:<{width}} {e['scale_factor']:>4} "
-                         f"{e['worker_type']:<8} {text:>10} {e['kind']:<11} {e['confidence']:>5.2f} "
-                         f"{e['samples']:>7}  {phase}")
+            rows.append([e["job"], e["model"], e["scale_factor"], e["worker_type"],
+                         _number(e["steps_per_second"]), e["kind"], f"{e['confidence']:.2f}",
+                         e["samples"], " " + phase])
+        lines += ["  " + line for line in align(rows, right=(2, 4, 6, 7), sep=" ",
+                                                 minimum={3: 8, 4: 10, 5: 11, 6: 5})]
     return "\n".join(lines)
 
 
