@@ -11,12 +11,12 @@ import argparse
 from ..core.display import clean, printable
 from ..daemon import config as config_mod
 from ..daemon.doctor import diagnose
-from .common import EXIT_FAILED, EXIT_OK, add_config_argument, config_path, dumps
+from .common import EXIT_FAILED, EXIT_OK, add_config_argument, align, config_path, dumps
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{r['level'].upper():<8} {r['check']:<17} {r['finding']}" + (f" -- fix: {r['fix']}" if r["fix"] else "")
-             for r in rows]
+    lines = align([[r["level"].upper(), r["check"], r["finding"] + (f" -- fix: {r['fix']}" if r["fix"] else "")]
+                   for r in rows], sep=" ", minimum={0: 8, 1: 17})
     errors = sum(r["level"] == "error" for r in rows)
     warnings = sum(r["level"] == "warning" for r in rows)
     lines.append(f"{errors} error(s), {warnings} warning(s)" if rows else "no finding: the configuration "
