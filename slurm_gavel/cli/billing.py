@@ -13,7 +13,7 @@ from ..core.display import clean, printable
 from ..core.errors import InputError
 from ..estimator.table import ThroughputTable
 from ..slurm.billing import Suggestion, explain, job_mix, partition_types, speeds, suggest
-from .common import add_database_arguments, database_path, dumps, reading
+from .common import add_database_arguments, add_json_argument, database_path, dumps, reading
 
 
 def register(commands) -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def register(commands) -> argparse.ArgumentParser:
                    help="each partition's GPU type (default: read from Slurm's nodes)")
     p.add_argument("--scale", type=float, default=1.0, metavar="W",
                    help="the slowest type's weight (default: %(default)s)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p.set_defaults(handler=cmd_billing)
     return p
 

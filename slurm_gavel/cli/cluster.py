@@ -14,7 +14,7 @@ from typing import Mapping
 from ..core.errors import GavelError, InputError
 from ..devcluster import (DEFAULT_CTLD_PORT, DEFAULT_SLURMD_PORT, DEFAULT_TYPES, DevCluster,
                           default_directory, default_job_submit_lua, format_types, parse_types)
-from .common import dumps, fail, print_json
+from .common import add_json_argument, dumps, fail, print_json
 def register(commands) -> argparse.ArgumentParser:
     """Add `cluster up|down|status` to an argparse subparsers object."""
     p = commands.add_parser(
@@ -36,7 +36,7 @@ def register(commands) -> argparse.ArgumentParser:
     p.add_argument("--mixed", metavar="PARTITION",
                    help="up: one partition of this name holding every node (mixed GPU nodes, typed "
                         "GRES) instead of one partition per GPU type")
-    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    add_json_argument(p, "print the status as JSON")
     p.set_defaults(handler=cmd_cluster)
     return p
 

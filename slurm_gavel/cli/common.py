@@ -70,6 +70,11 @@ def job_ids(values: Sequence[str]) -> list[str]:
 
 
 # -- output ----------------------------------------------------------------------------
+def add_json_argument(p: argparse.ArgumentParser, help: str = "print JSON") -> None:
+    """`--json`: the command prints `print_json` of its rows instead of the table."""
+    p.add_argument("--json", action="store_true", help=help)
+
+
 def align(rows: Iterable[Sequence[str]], right: Iterable[int] = (), sep: str = "  ",
           minimum: dict[int, int] | None = None) -> list[str]:
     """Rows of cells as lines of aligned columns: each column as wide as its widest cell (at
@@ -131,5 +136,5 @@ def fail(err: BaseException, prog: str = PROG, limit: int | None = None) -> int:
 
 
 __all__ = ["EXIT_FAILED", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "PROG", "add_config_argument",
-           "add_database_arguments", "align", "config_path", "database_path", "dumps", "exit_code", "fail",
-           "hours", "job_ids", "one_line", "print_json", "reading"]
+           "add_database_arguments", "add_json_argument", "align", "config_path", "database_path", "dumps",
+           "exit_code", "fail", "hours", "job_ids", "one_line", "print_json", "reading"]

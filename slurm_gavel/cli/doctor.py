@@ -11,12 +11,14 @@ import argparse
 from ..core.display import clean, printable
 from ..daemon import config as config_mod
 from ..daemon.doctor import diagnose
-from .common import EXIT_FAILED, EXIT_OK, add_config_argument, align, config_path, dumps
+from .common import (EXIT_FAILED, EXIT_OK, add_config_argument, add_json_argument, align,
+                     config_path, dumps)
 
 
 def table(rows: list[dict]) -> str:
-    lines = align([[r["level"].upper(), r["check"], r["finding"] + (f" -- fix: {r['fix']}" if r["fix"] else "")]
-                   for r in rows], sep=" ", minimum={0: 8, 1: 17})
+    cells = [[r["level"].upper(), r["check"], r["finding"] + (f" -- fix: {r['fix']}" if r["fix"] else "")]
+             for r in rows]
+    lines = align(cells, sep=" ", minimum={0: 8, 1: 17})
     errors = sum(r["level"] == "error" for r in rows)
     warnings = sum(r["level"] == "warning" for r in rows)
     lines.append(f"{errors} error(s), {warnings} warning(s)" if rows else "no finding: the configuration "
@@ -32,7 +34,7 @@ def register(commands) -> argparse.ArgumentParser:
                     "munge, gavel.toml, the database and the progress directory: one line per "
                     "finding with its fix. Exit code 1 when there is an error. Changes nothing.")
     add_config_argument(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p.set_defaults(handler=cmd_doctor)
     return p
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from ..core.display import clean
 from ..core.errors import InputError
 from ..daemon.views import events
-from .common import add_database_arguments, align, dumps, job_ids, reading
+from .common import add_database_arguments, add_json_argument, align, dumps, job_ids, reading
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -60,7 +60,7 @@ def register(commands) -> argparse.ArgumentParser:
     p.add_argument("--since", metavar="TIME", help="from TIME on: 30m, 2h, 1d (ago), an ISO "
                                                    "date/time, or epoch seconds")
     p.add_argument("--actions", action="store_true", help="also the daemon's Slurm commands")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p.set_defaults(handler=cmd_events)
     return p
 

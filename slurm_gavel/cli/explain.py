@@ -13,7 +13,7 @@ import argparse
 
 from ..core.display import clean
 from ..daemon.views import explain, number
-from .common import add_database_arguments, dumps, hours, reading
+from .common import add_database_arguments, add_json_argument, dumps, hours, reading
 
 
 def text(e: dict) -> str:
@@ -39,7 +39,7 @@ def register(commands) -> argparse.ArgumentParser:
                             description=__doc__.splitlines()[0])
     p.add_argument("job", metavar="JOB", help="the Slurm job id")
     add_database_arguments(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p.set_defaults(handler=run)
     return p
 

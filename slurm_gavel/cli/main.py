@@ -1,8 +1,8 @@
 """The `slurm-gavel` command: its parser (every subcommand, from the module that owns it) and `main`.
 
-    slurm-gavel policies | solve | simulate | sweep | replay     the policy library (`policy`, `simulate`, `replay`)
-    slurm-gavel daemon | queue | events | explain | doctor | backup | billing | release-all | throughputs
-    slurm-gavel submit | cluster up|down|status
+    slurm-gavel policies | solve | simulate | sweep | replay        (`policy`, `simulate`, `replay`)
+    slurm-gavel daemon | queue | events | explain | doctor | backup | billing | release-all
+    slurm-gavel throughputs | submit | cluster up|down|status
 
 `main` runs the handler the subcommand set and turns what it raises into an exit code
 (`common.exit_code`): 0 success, 1 the work failed (no optimal allocation, Slurm or the

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InputError, UnknownPolicyError
-from .common import EXIT_OK, PROG, align, print_json
+from .common import EXIT_OK, PROG, add_json_argument, align, print_json
 
 PAIR_NOISE = 1e-6   # pair rows below this (solver noise) are left out of the table
 
@@ -25,7 +25,7 @@ def register(commands) -> None:
     """Add `policies` and `solve` to an argparse subparsers object."""
     policies = commands.add_parser("policies", help="list every policy, one line each",
                                    description="List every policy: name, aliases, summary.")
-    policies.add_argument("--json", action="store_true", help="print the list as JSON")
+    add_json_argument(policies, "print the list as JSON")
     policies.set_defaults(handler=cmd_policies)
 
     solve = commands.add_parser(
@@ -41,8 +41,7 @@ def register(commands) -> None:
                             "at one speed on every type it fits")
     solve.add_argument("--space-sharing", action="store_true",
                        help="let pairs of jobs share a GPU (uses the input's `pairs`)")
-    solve.add_argument("--json", action="store_true",
-                       help="print the allocation as JSON instead of a table")
+    add_json_argument(solve, "print the allocation as JSON instead of a table")
     solve.set_defaults(handler=cmd_solve)
 
 

@@ -22,7 +22,8 @@ from typing import Sequence
 from ..core.display import clean
 from ..core.errors import GavelError, InputError
 from ..daemon.views import DEPARTED, SHADOW, cluster_rows, rows
-from .common import EXIT_INPUT, add_database_arguments, align, dumps, fail, hours, job_ids, reading
+from .common import (EXIT_INPUT, add_database_arguments, add_json_argument, align, dumps, fail,
+                     hours, job_ids, reading)
 
 COLUMNS = {
     "jobid": "JOBID", "user": "USER", "name": "NAME", "st": "ST", "type": "TYPE",
@@ -99,7 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--states", default="active", metavar="STATE[,STATE]",
                    help="jobs in these states (default: active; also completed, failed, "
                         "cancelled, node_fail, timeout, preempted, lost, or all)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p.add_argument("--cluster", action="store_true", help="per GPU type: GPUs, busy, share, utilization")
     p.add_argument("--explain", action="store_true",
                    help="with -j JOB: its share per type, what it received, what it needs to run "

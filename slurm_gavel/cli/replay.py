@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ..core.errors import InputError
-from .common import EXIT_OK, print_json
+from .common import EXIT_OK, add_json_argument, print_json
 from .simulate import check_output, comma_list, policy_list
 
 
@@ -60,7 +60,7 @@ def _replay_parser(commands):
     p.add_argument("--save-trace", metavar="PREFIX",
                    help="also write PREFIX.trace and PREFIX.json (its throughput table), for "
                         "`slurm-gavel simulate --trace PREFIX.trace --throughputs PREFIX.json`")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p.set_defaults(handler=cmd_replay)
 
 

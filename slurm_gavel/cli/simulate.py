@@ -14,7 +14,7 @@ import os
 import sys
 
 from ..core.errors import InputError, UnknownPolicyError
-from .common import EXIT_OK, print_json
+from .common import EXIT_OK, add_json_argument, print_json
 from .policy import jsonable
 
 
@@ -91,7 +91,7 @@ def _simulate_parser(commands):
                    help="Poisson arrivals (default without --trace: all jobs at time 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated workload (default: 0)")
     _workload_options(p)
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json_argument(p, "print the summary as JSON")
     p.add_argument("--csv", metavar="FILE", help="write per-job results to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write the JCT CDF as a PNG")
     p.add_argument("--quiet", action="store_true", help="no progress line on a terminal")
@@ -110,7 +110,7 @@ def _sweep_parser(commands):
     p.add_argument("--seeds", default="0", metavar="S,...", help="workload seeds (default: 0)")
     _workload_options(p)
     p.add_argument("--processes", type=int, metavar="N", help="worker processes (default: CPUs)")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    add_json_argument(p, "print the rows as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the table to FILE")
     p.add_argument("--plot", metavar="FILE.png", help="write average JCT against rate as a PNG")
     p.set_defaults(handler=cmd_sweep)

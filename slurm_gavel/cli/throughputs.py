@@ -39,7 +39,8 @@ from ..core.errors import GavelError, InputError
 from ..estimator.table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
 from ..daemon.views import throughputs
-from .common import align, dumps, fail
+from .common import (add_database_arguments, add_json_argument, align, database_path, dumps, fail,
+                     reading)
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
 FORMATS = ("json", "csv")
@@ -53,16 +54,15 @@ def register(commands) -> argparse.ArgumentParser:
                     "active job, with sample counts and confidence), or import/export the "
                     "per-model measurements in Gavel's JSON layout or a plain CSV.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    from .common import add_database_arguments as common    # --db, --config
 
     show = sub.add_parser("show", help="measured throughputs per model, estimates per active job")
-    common(show)
+    add_database_arguments(show)
     show.add_argument("--pairs", action="store_true", help="also the throughputs measured in pairs")
     show.add_argument("--model", action="append", default=[], metavar="NAME", help="only this model")
-    show.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(show)
     imp = sub.add_parser("import", help="load a table into the database as per-model measurements")
     imp.add_argument("file", metavar="FILE")
-    common(imp)
+    add_database_arguments(imp)
     imp.add_argument("--format", choices=FORMATS, help="default: from the file name (.json/.csv)")
     imp.add_argument("--replace", action="store_true",
                      help="drop every per-model measurement first (default: add to them)")
@@ -70,7 +70,7 @@ def register(commands) -> argparse.ArgumentParser:
                      help="sample count the imported values start with (default: %(default)s)")
     exp = sub.add_parser("export", help="write the per-model measurements to a file")
     exp.add_argument("file", metavar="FILE", help="output file, or - for stdout")
-    common(exp)
+    add_database_arguments(exp)
     exp.add_argument("--format", choices=FORMATS, help="default: from the file name; JSON for -")
     p.set_defaults(handler=cmd_throughputs)
     return p
@@ -96,7 +96,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _database(args) -> str:
-    from .common import database_path
     return database_path(args)
 
 
@@ -274,7 +273,6 @@ def _import(args) -> int:
 
 
 def _measured_rows(args) -> list[dict]:
-    from .common import reading
 
     with reading(args) as store:
         model_rows, _ = store.load_throughputs()
@@ -336,7 +334,6 @@ def _number(value) -> str:
 
 
 def _show(args) -> int:
-    from .common import reading
 
     with reading(args) as store:
         data = clean(throughputs(store, args.model, args.pairs))    # models, jobs: users' text

@@ -10,7 +10,7 @@ from ..core.display import clean, printable
 from ..daemon import config as config_mod
 from ..slurm.commands import SlurmCLI
 from ..slurm.undo import release_all
-from .common import EXIT_FAILED, EXIT_OK, print_json
+from .common import EXIT_FAILED, EXIT_OK, add_json_argument, print_json
 
 
 def register(commands) -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def register(commands) -> argparse.ArgumentParser:
     p.add_argument("--partitions", metavar="P1,P2",
                    help="also set each job's partition to this list (e.g. all GPU partitions)")
     p.add_argument("--dry-run", action="store_true", help="list what would be done, change nothing")
-    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    add_json_argument(p, "print the jobs as JSON")
     p.set_defaults(handler=cmd_release_all)
     return p
 
