@@ -14,7 +14,7 @@ from typing import Mapping
 from ..core.errors import GavelError, InputError
 from ..devcluster import (DEFAULT_CTLD_PORT, DEFAULT_SLURMD_PORT, DEFAULT_TYPES, DevCluster,
                           default_directory, default_job_submit_lua, format_types, parse_types)
-from .common import add_json_argument, dumps, fail, print_json
+from .common import add_json_argument, align, dumps, fail, print_json
 def register(commands) -> argparse.ArgumentParser:
     """Add `cluster up|down|status` to an argparse subparsers object."""
     p = commands.add_parser(
@@ -82,15 +82,15 @@ def format_status(status: Mapping) -> str:
     state = "running" if status["running"] else "NOT running (`cluster down`, then `up`)"
     lines = [f"cluster in {status['directory']}: {state}",
              f"export SLURM_CONF={shlex.quote(status['slurm_conf'])}", ""]
-    lines += [f"{'DAEMON':<16} {'PID':>8}  STATE"]
-    lines += [f"{name:<16} {d['pid']:>8}  {'running' if d['running'] else 'stopped'}"
-              for name, d in status["daemons"].items()]
+    # STATE is set off by two blanks: its cells start with one more
+    daemons = [["DAEMON", "PID", " STATE"]] + [[name, d["pid"], " running" if d["running"] else " stopped"]
+                                               for name, d in status["daemons"].items()]
+    lines += align(daemons, right=(1,), sep=" ", minimum={0: 16, 1: 8})
     if status["nodes"]:
-        lines += ["", f"{'NODE':<12} {'PARTITION':<10} {'STATE':<16} GRES"]
-        for n in status["nodes"]:
-            state = "+".join([n["state"]] + n["flags"]).lower()
-            parts = ",".join(n["partitions"])
-            lines.append(f"{n['name']:<12} {parts:<10} {state:<16} {n['gres']}")
+        nodes = [["NODE", "PARTITION", "STATE", "GRES"]]
+        nodes += [[n["name"], ",".join(n["partitions"]), "+".join([n["state"]] + n["flags"]).lower(), n["gres"]]
+                  for n in status["nodes"]]
+        lines += [""] + align(nodes, sep=" ", minimum={0: 12, 1: 10, 2: 16})
     if status.get("error"):
         lines += ["", f"error: {status['error']}"]
     return "\n".join(lines)
