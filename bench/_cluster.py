@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua, node_list, pick_ports,
+from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua, node_list, pick_ports,
                                           unavailable_reason)
 
 

@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurm_gavel.slurm import config as config_mod  # noqa: E402
-from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
-from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
+from slurm_gavel.daemon import config as config_mod  # noqa: E402
+from slurm_gavel.daemon.daemon import Daemon  # noqa: E402
+from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
                                           node_list, parse_types, pick_ports,
                                           unavailable_reason)
 from slurm_gavel.slurm.records import parse_jobs, parse_nodes  # noqa: E402

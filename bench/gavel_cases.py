@@ -51,7 +51,8 @@ def _default_throughputs() -> Path:
     return gavel_data("simulation_throughputs.json")
 
 
-from slurm_gavel.cli import _run_config, build_parser  # noqa: E402
+from slurm_gavel.cli.main import build_parser  # noqa: E402
+from slurm_gavel.cli.simulate import _run_config  # noqa: E402
 from slurm_gavel.core.errors import InputError  # noqa: E402
 from slurm_gavel.sim.experiments import check_config, simulate_config  # noqa: E402
 from slurm_gavel.sim.simulator import summarize  # noqa: E402

@@ -58,10 +58,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from slurm_gavel.slurm import config as config_mod  # noqa: E402
-from slurm_gavel.slurm.daemon import Daemon  # noqa: E402
-from slurm_gavel.slurm.store import SqliteStore  # noqa: E402
-from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, slurm_version  # noqa: E402
+from slurm_gavel.daemon import config as config_mod  # noqa: E402
+from slurm_gavel.daemon.daemon import Daemon  # noqa: E402
+from slurm_gavel.daemon.store import SqliteStore  # noqa: E402
+from slurm_gavel.devcluster import DEFAULT_TYPES, slurm_version  # noqa: E402
 from slurm_gavel.slurm.multi_pairs import FIRST_VERSION, REQUIRED_FLAGS, version_text  # noqa: E402
 
 from _cluster import local_cluster, no_cluster  # noqa: E402

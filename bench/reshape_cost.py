@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import DEFAULT_TYPES  # noqa: E402
+from slurm_gavel.devcluster import DEFAULT_TYPES  # noqa: E402
 
 from _cluster import local_cluster, no_cluster, summary  # noqa: E402
 

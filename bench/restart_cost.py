@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a start and a restart of a real gavel training job cost on a local Slurm cluster.
 
-Starts a local cluster (slurm_gavel/slurm/devcluster.py: one node of one GPU per
+Starts a local cluster (slurm_gavel/devcluster/: one node of one GPU per
 type, v100 and k80, random free ports, state in a temporary directory, stopped by
 pid at the end), submits the project's PyTorch template job (job_templates/,
 `slurm_gavel.job.templates`, default resnet18, held by job_submit.lua as every
@@ -78,7 +78,7 @@ from slurm_gavel.job.progress import parse_records  # noqa: E402
 from slurm_gavel.slurm import backend as backend_mod  # noqa: E402
 from slurm_gavel.slurm import jobscript  # noqa: E402
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
-from slurm_gavel.slurm.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
+from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
                                           node_list, parse_types, pick_ports,
                                           unavailable_reason)
 

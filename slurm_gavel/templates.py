@@ -1,6 +1,6 @@
 """Alias of `slurm_gavel.job.templates`: ``python -m slurm_gavel.templates NAME``.
 
-Job scripts rendered before the package was regrouped (issue 10) call this
+Job scripts rendered before the training code moved into `slurm_gavel.job` call this
 name; it runs the same training code as ``python -m slurm_gavel.job.templates``.
 """
 import sys

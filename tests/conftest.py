@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-`slurm_cluster`: one real local Slurm cluster (slurm_gavel.slurm.devcluster) for the whole
+`slurm_cluster`: one real local Slurm cluster (slurm_gavel.devcluster) for the whole
 session: 3 GPU types x 2 nodes x 4 fake GPUs, the repository's job_submit.lua when
 present, random free ports.  Skipped where Slurm is missing or we are not root,
 except under CI (the CI variable set), where that is a failure: CI must run them.
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from slurm_gavel.slurm.devcluster import (DEFAULT_TYPES, DevCluster,
+from slurm_gavel.devcluster import (DEFAULT_TYPES, DevCluster,
                                           accounting_unavailable_reason, default_job_submit_lua,
                                           node_list, pick_ports, unavailable_reason)
 from slurm_gavel.slurm.commands import PARTITION_TRIES, transient_update_error
@@ -56,7 +56,7 @@ def require_slurm_version(at_least: tuple, why: str):
     """Skip when this host's Slurm is older than `at_least`: tools/test.sh runs the tests
     marked `slurm24` again on Slurm 24.11 (tools/slurm-chroot.sh), where this must not skip,
     so there (GAVEL_NEWER_SLURM set) an older Slurm is a failure."""
-    from slurm_gavel.slurm.devcluster import slurm_version
+    from slurm_gavel.devcluster import slurm_version
     from slurm_gavel.slurm.multi_pairs import version_text
     version = slurm_version()
     if version[:len(at_least)] < tuple(at_least):

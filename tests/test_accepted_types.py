@@ -100,7 +100,7 @@ import json                                                              # noqa:
 import re                                                                # noqa: E402
 import time                                                              # noqa: E402
 
-from slurm_gavel.slurm.queue import main as gqueue                       # noqa: E402
+from slurm_gavel.cli.queue import main as gqueue                       # noqa: E402
 
 from test_daemon import (clean, queue, segments, start_daemon, stop_daemon,  # noqa: E402,F401
                          submit, write_config)

@@ -6,7 +6,7 @@ import sqlite3
 import subprocess
 import sys
 
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 
 
 def backup(*args):

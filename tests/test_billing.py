@@ -14,7 +14,7 @@ from slurm_gavel.cli import main
 from slurm_gavel.core.errors import InputError
 from slurm_gavel.estimator.table import ThroughputTable
 from slurm_gavel.slurm.billing import speeds, suggest
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
 pytestmark = pytest.mark.slurm24

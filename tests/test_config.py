@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.slurm.config import Config, from_dict, load
+from slurm_gavel.daemon.config import Config, from_dict, load
 from slurm_gavel.core.errors import InputError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "slurm_conf" / "gavel.toml.example"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_TABLE = ROOT / "examples" / "toy_throughputs.json"

@@ -1,6 +1,6 @@
 """decisions.decide: a round's starts and preemptions in words, from plain data."""
 from slurm_gavel.core.mechanism import Assignment, RoundPlan
-from slurm_gavel.slurm.decisions import decide
+from slurm_gavel.daemon.decisions import decide
 
 PARTS = {"gpu-v100": "v100", "gpu-k80": "k80"}
 
@@ -36,7 +36,7 @@ def test_metrics_count_preemptions_by_type_and_migrations_from_to():
     import numpy as np
 
     from slurm_gavel.core.model import Allocation
-    from slurm_gavel.slurm.metrics import Metrics
+    from slurm_gavel.daemon.metrics import Metrics
 
     m = Metrics(per_job=True)
     value = m.registry.get_sample_value

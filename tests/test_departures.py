@@ -18,11 +18,11 @@ from conftest import move_job
 
 from slurm_gavel.core.backend import JobState, Observation
 from slurm_gavel.core.mechanism import RoundPlan
-from slurm_gavel.slurm import config as config_mod
-from slurm_gavel.slurm.daemon import Daemon
-from slurm_gavel.slurm.queue import main as gqueue
+from slurm_gavel.daemon import config as config_mod
+from slurm_gavel.daemon.daemon import Daemon
+from slurm_gavel.cli.queue import main as gqueue
 from slurm_gavel.slurm.records import final_from_job, final_from_sacct, parse_jobs, parse_sacct
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 from test_daemon import write_config
 
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
@@ -228,7 +228,7 @@ def test_jobs_killed_by_a_cold_slurmctld_restart_are_never_completed(accounting,
     completed).  Without accounting the job is lost; with it, sacct's record decides (22.05
     marks it CANCELLED; a record left RUNNING, a runaway, is lost)."""
     from conftest import require_slurm
-    from slurm_gavel.slurm.devcluster import DevCluster, default_job_submit_lua, pick_ports
+    from slurm_gavel.devcluster import DevCluster, default_job_submit_lua, pick_ports
     require_slurm(accounting=accounting)
     ctld_port, slurmd_port = pick_ports(1)        # its own cluster: job ids start again at 1
     cluster = DevCluster(tmp_path_factory.mktemp("cold"), {"v100": (1, 2)}, ctld_port=ctld_port,

@@ -57,9 +57,9 @@ def test_log_messages_are_escaped_but_tracebacks_kept(capsys):
 def test_throughputs_show_prints_model_names_escaped(tmp_path, capsys):
     """A model name is a user's text (`model=` in the comment): `slurm-gavel throughputs
     show` prints it escaped, table and --json, through the same `printable`."""
-    from slurm_gavel.estimator.cli import main as tp_main
+    from slurm_gavel.cli.throughputs import main as tp_main
     from slurm_gavel.estimator.learning import EstimatingThroughputs
-    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.daemon.store import SqliteStore
 
     from test_estimator import _observation, job, make_table, measure, TYPES
 

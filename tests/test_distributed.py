@@ -69,8 +69,9 @@ def _gqueue_shapes(db, shown: dict[str, set]) -> None:
     """Add (type, nodes, GPUs per node, SHAPE cell) of every job gqueue shows running."""
     if not db.exists():
         return
-    from slurm_gavel.slurm.queue import DEFAULT_FORMAT, rows, table
-    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.cli.queue import DEFAULT_FORMAT, table
+    from slurm_gavel.daemon.views import rows
+    from slurm_gavel.daemon.store import SqliteStore
     store = SqliteStore(db, readonly=True)
     try:
         data, worker_types = rows(store)

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from slurm_gavel import __version__
-from slurm_gavel.slurm.devcluster import node_list
-from slurm_gavel.slurm.store import SqliteStore
-from slurm_gavel.slurm.doctor import (check_nodes, check_schema, check_user, exit_codes,
-                                      lua_version, shipped_file)
-from slurm_gavel.slurm.store import MIGRATIONS
+from slurm_gavel.devcluster import node_list
+from slurm_gavel.daemon.store import SqliteStore
+from slurm_gavel.daemon.doctor import check_schema
+from slurm_gavel.slurm.doctor import check_nodes, check_user, lua_version, shipped_file
+from slurm_gavel.slurm.records import requeue_exit_codes as exit_codes
+from slurm_gavel.daemon.store import MIGRATIONS
 
 from conftest import require_slurm, running_cluster
 from test_daemon import write_config

@@ -156,7 +156,7 @@ def test_a_failing_sacctmgr_logs_one_line_and_keeps_the_last_weights(tmp_path, c
 # -- on the real cluster with accounting ---------------------------------------------
 import time                                                             # noqa: E402
 
-from slurm_gavel.slurm.store import SqliteStore                         # noqa: E402
+from slurm_gavel.daemon.store import SqliteStore                         # noqa: E402
 
 from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: E402,F401
 

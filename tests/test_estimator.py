@@ -13,9 +13,9 @@ from slurm_gavel.estimator.learning import (DEFAULT_EXPLORE_ROUNDS, DEFAULT_OPTI
                                             EstimatingThroughputs, Measured, ReferenceSet, complete)
 from slurm_gavel.policies import make_policy
 from slurm_gavel.sim.simulator import simulate
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 from slurm_gavel.estimator.table import TableThroughputs
-from slurm_gavel.estimator.cli import main as tp_main
+from slurm_gavel.cli.throughputs import main as tp_main
 from slurm_gavel.estimator.table import ThroughputTable
 from slurm_gavel.sim.workloads import TraceJob
 

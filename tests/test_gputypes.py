@@ -5,7 +5,7 @@ import pytest
 
 from slurm_gavel.core.errors import InputError
 from slurm_gavel.job.progress import summary
-from slurm_gavel.slurm.config import from_dict
+from slurm_gavel.daemon.config import from_dict
 from slurm_gavel.slurm.feasibility import judge
 from slurm_gavel.slurm.gputypes import TypeMap, Where, discover, from_config
 from slurm_gavel.slurm.records import SlurmJob, SlurmNode
@@ -99,7 +99,7 @@ def test_a_speed_measured_on_one_node_type_is_not_read_as_the_next_nodes():
 
 
 def test_the_devcluster_mixed_layout_is_one_partition_of_typed_nodes():
-    from slurm_gavel.slurm.devcluster import render_slurm_conf
+    from slurm_gavel.devcluster import render_slurm_conf
     conf = render_slurm_conf("/tmp/x", {"v100": (2, 4), "k80": (1, 2)}, 7000, 7001, mixed="gpu")
     parts = [line for line in conf.splitlines() if line.startswith("PartitionName=")]
     assert parts == ["PartitionName=gpu Nodes=v100-0,v100-1,k80-0 Default=YES MaxTime=INFINITE State=UP"]

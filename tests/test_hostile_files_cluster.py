@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from slurm_gavel.core.display import printable
-from slurm_gavel.slurm.queue import main as gqueue
+from slurm_gavel.cli.queue import main as gqueue
 
 from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: F401
 from test_queue import strict_json

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_gavel.slurm.commands import SlurmCommandError
-from slurm_gavel.slurm.metrics import CountingCLI, Metrics
+from slurm_gavel.daemon.metrics import CountingCLI, Metrics
 from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: F401 (clean: a fixture)
 
 

@@ -12,7 +12,7 @@ import time
 from test_daemon import clean, queue, start_daemon, stop_daemon, submit, write_config  # noqa: F401  (fixture)
 
 
-from slurm_gavel.slurm.store import SqliteStore, StoreError
+from slurm_gavel.daemon.store import SqliteStore, StoreError
 
 
 def rounds_recorded(db) -> int:

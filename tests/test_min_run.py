@@ -20,9 +20,9 @@ from conftest import move_job
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.mechanism import Assignment, RoundPlan
-from slurm_gavel.slurm import config as config_mod
+from slurm_gavel.daemon import config as config_mod
 from slurm_gavel.slurm.backend import SlurmBackend
-from slurm_gavel.slurm.daemon import Daemon
+from slurm_gavel.daemon.daemon import Daemon
 from test_daemon import write_config
 from test_start_backoff import ReplayCLI
 

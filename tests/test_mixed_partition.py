@@ -24,10 +24,10 @@ import time
 import pytest
 
 from conftest import require_slurm, running_cluster
-from slurm_gavel.slurm import config as config_mod
-from slurm_gavel.slurm.daemon import Daemon
-from slurm_gavel.slurm.devcluster import default_job_submit_lua
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon import config as config_mod
+from slurm_gavel.daemon.daemon import Daemon
+from slurm_gavel.devcluster import default_job_submit_lua
+from slurm_gavel.daemon.store import SqliteStore
 from test_daemon import JOB, queue, start_daemon, stop_daemon, write_config
 from test_metrics import free_port, pick, scrape
 

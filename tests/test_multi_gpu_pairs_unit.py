@@ -18,12 +18,12 @@ from slurm_gavel.core.mechanism import Assignment, RoundPlan
 from slurm_gavel.slurm import backend as backend_mod
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
-from slurm_gavel.slurm.config import from_dict
+from slurm_gavel.daemon.config import from_dict
 from slurm_gavel.slurm.doctor import check_pair_gpus, check_sharing_select
 from slurm_gavel.slurm.multi_pairs import (Request, Requests, StoredRequests, allowed_pair_gpus,
                                            pair_fields, restore_fields)
 from slurm_gavel.slurm.pair_room import NodeRoom, first_fit, pair_gpu, pair_gpus
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 
 from test_start_backoff import ReplayCLI
 
@@ -267,7 +267,7 @@ class _Stub:
 ])
 def test_the_daemon_says_at_start_which_pairs_it_runs_and_why(caplog, version, conf, sharing, wanted,
                                                              level, said, got):
-    from slurm_gavel.slurm.daemon import Daemon
+    from slurm_gavel.daemon.daemon import Daemon
     stub = _Stub(version, conf)
     config = from_dict({"space_sharing": sharing, "max_pair_gpus": wanted})
     with caplog.at_level("INFO", logger="slurm_gavel"):

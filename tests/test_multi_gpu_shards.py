@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from slurm_gavel.slurm.devcluster import DevCluster, DevClusterError, slurm_version
+from slurm_gavel.devcluster import DevCluster, DevClusterError, slurm_version
 from tests.conftest import require_slurm, require_slurm_version, running_cluster
 
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
@@ -121,7 +121,7 @@ def test_a_lone_half_on_two_gpus_splits_the_next_pair(c):
 
 def test_the_dev_cluster_takes_select_parameters_and_refuses_other_text(tmp_path):
     from slurm_gavel.core.errors import InputError
-    from slurm_gavel.slurm.devcluster import render_slurm_conf
+    from slurm_gavel.devcluster import render_slurm_conf
     conf = render_slurm_conf(tmp_path, {"v100": (1, 4)}, 20000, 20001, shards=4, select_parameters=FLAGS)
     assert f"SelectTypeParameters=CR_Core,{FLAGS}\n" in conf
     assert "SelectTypeParameters=CR_Core\n" in render_slurm_conf(tmp_path, {"v100": (1, 4)}, 20000, 20001)

@@ -26,8 +26,8 @@ from slurm_gavel.estimator.trust import Trust
 from slurm_gavel.policies import make_policy
 from slurm_gavel.sim.simulator import SimulatedCluster
 from slurm_gavel.sim.workloads import TraceJob
-from slurm_gavel.slurm.config import Config, from_dict
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.config import Config, from_dict
+from slurm_gavel.daemon.store import SqliteStore
 
 TYPES = ("v100", "p100", "k80")
 CONV = {"v100": 40.0, "p100": 20.0, "k80": 4.0}

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 
 from test_daemon import clean, queue, start_daemon, stop_daemon, write_config  # noqa: F401 (fixture)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from slurm_gavel.slurm.queue import main
+from slurm_gavel.cli.queue import main
 
 from test_sqlite_store import run
 
@@ -62,7 +62,7 @@ def test_gqueue_shows_the_throughputs_the_policy_was_told_and_where_from(tmp_pat
     from slurm_gavel.policies import make_policy
     from slurm_gavel.core.recompute import Immediate
     from slurm_gavel.sim.simulator import SimulatedCluster
-    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.daemon.store import SqliteStore
     from slurm_gavel.sim.workloads import generate_trace
 
     from test_engine import small_table
@@ -97,7 +97,7 @@ def test_gqueue_shows_the_throughputs_the_policy_was_told_and_where_from(tmp_pat
 def test_gqueue_shows_what_slurm_runs_not_what_was_planned(tmp_path, capsys):
     """State R only for a job Slurm runs (issue 11): a released job not started is S, one
     the daemon holds back W with its reason; --cluster counts only the R jobs' GPUs."""
-    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.daemon.store import SqliteStore
     db = tmp_path / "state.db"
     run(db, rounds=20, n_jobs=6)
     store = SqliteStore(db)
@@ -131,7 +131,7 @@ def test_gqueue_shows_a_spread_jobs_shape(tmp_path, capsys):
     from slurm_gavel.policies import make_policy
     from slurm_gavel.sim.simulator import SimulatedCluster
     from slurm_gavel.sim.workloads import TraceJob
-    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.daemon.store import SqliteStore
     table = ThroughputTable.from_gavel_dict(
         {"v100": {f"('convnet', {sf})": {"null": 1.0} for sf in (1, 8)}})
     clock = SimulatedClock(1000.0)
@@ -162,7 +162,7 @@ def test_a_running_jobs_shape_is_where_slurm_runs_it_not_where_the_plan_moves_it
     stops: gqueue's R row shows that shape (the status' nodes, from Slurm), the plan's only
     for a job not running yet.  (It showed the planned shape: tests/test_distributed.py saw
     a 1x4 on v100 that Slurm never ran.)"""
-    from slurm_gavel.slurm.store import SqliteStore
+    from slurm_gavel.daemon.store import SqliteStore
     db = tmp_path / "state.db"
     run(db, rounds=20, n_jobs=6)
     store = SqliteStore(db)

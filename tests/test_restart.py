@@ -20,7 +20,7 @@ from slurm_gavel.estimator.table import TableThroughputs
 from slurm_gavel.policies import make_policy
 from slurm_gavel.sim.simulator import SimulatedCluster
 from slurm_gavel.sim.workloads import generate_trace
-from slurm_gavel.slurm.store import SqliteStore, StoreError
+from slurm_gavel.daemon.store import SqliteStore, StoreError
 
 from test_engine import small_table
 

@@ -106,7 +106,7 @@ def test_a_partition_the_jobs_account_may_not_use_is_left_out_of_its_row(slurm_a
     """Association limits: an account allowed on k80 only. The policy prefers v100 for the
     model; Slurm refuses the move ("Invalid account or account/partition combination"),
     and from then on the job is planned on k80, where it runs."""
-    from slurm_gavel.slurm.devcluster import CLUSTER_NAME
+    from slurm_gavel.devcluster import CLUSTER_NAME
 
     cluster = slurm_accounting_cluster
     cluster.run(["sacctmgr", "-i", "add", "account", "gavel-k80only", f"cluster={CLUSTER_NAME}"])

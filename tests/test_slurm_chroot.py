@@ -39,7 +39,7 @@ def mounts() -> list[str]:
 
 def test_the_venv_runs_on_slurm_24_11_and_only_ci_and_gavel_settings_get_in(chroot):
     env = dict(os.environ, GAVEL_PROBE="a b; $(x)", OTHER_PROBE="no")
-    code = ("import json, os; from slurm_gavel.slurm.devcluster import slurm_version; "
+    code = ("import json, os; from slurm_gavel.devcluster import slurm_version; "
             "print(json.dumps([slurm_version(), os.getcwd(), {k: v for k, v in os.environ.items() "
             "if k.endswith('_PROBE')}]))")
     result = chroot("python", "-c", code, env=env)
@@ -80,7 +80,7 @@ def test_a_cluster_in_the_root_with_the_same_directory_name_leaves_the_hosts_run
             assert time.monotonic() < deadline
             time.sleep(0.3)
         code = ("import sys; from pathlib import Path; "
-                "from slurm_gavel.slurm.devcluster import DevCluster, pick_ports; "
+                "from slurm_gavel.devcluster import DevCluster, pick_ports; "
                 "c, d = pick_ports(1); "
                 "cl = DevCluster(Path(sys.argv[1]), {'v100': (1, 1)}, ctld_port=c, slurmd_port=d); "
                 "cl.up(); cl.run(['sbatch', '-o', '/dev/null', '--wrap', 'sleep 60']); "

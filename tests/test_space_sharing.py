@@ -17,7 +17,7 @@ from slurm_gavel.core.mechanism import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.records import parse_jobs, parse_nodes
-from slurm_gavel.slurm.store import SqliteStore, StoreError
+from slurm_gavel.daemon.store import SqliteStore, StoreError
 from tests.conftest import SHARDS_PER_GPU
 from tests.test_daemon import TICK, queue, start_daemon, stop_daemon, submit, write_config
 
@@ -261,7 +261,7 @@ def test_two_pairs_planned_together_each_get_their_own_gpu_and_a_lone_half_block
 def test_with_space_sharing_off_a_packed_policy_alias_runs_no_pair():
     """The daemon builds its engine with config.space_sharing: off (the default), no pair
     throughputs reach the policy, so even a `..._packed` alias plans no pair row."""
-    from slurm_gavel.slurm.config import from_dict
+    from slurm_gavel.daemon.config import from_dict
     from tests.test_engine import job, run_engine, small_table
     jobs = [job(m, 200000) for m in ["fast", "flat"] * 2]
     config = from_dict({"policy": "max_min_fairness_packed"})

@@ -10,7 +10,7 @@ from slurm_gavel.core.engine import Engine
 from slurm_gavel.policies import make_policy
 from slurm_gavel.core.recompute import Immediate
 from slurm_gavel.sim.simulator import SimulatedCluster
-from slurm_gavel.slurm.store import MIGRATIONS, SqliteStore, StoreError
+from slurm_gavel.daemon.store import MIGRATIONS, SqliteStore, StoreError
 from slurm_gavel.estimator.table import TableThroughputs
 from slurm_gavel.sim.workloads import generate_trace
 

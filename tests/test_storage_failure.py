@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.slurm.store import SqliteStore, StoreUnwritable
+from slurm_gavel.daemon.store import SqliteStore, StoreUnwritable
 from test_daemon import clean, queue, submit, write_config  # noqa: F401 (clean: a fixture)
 
 ACTIONS = ("release:", "start on ", "hold:", "signal ", "requeuehold:")

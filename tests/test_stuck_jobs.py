@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 
 from test_daemon import clean, start_daemon, stop_daemon, submit, write_config  # noqa: F401
 

@@ -18,7 +18,7 @@ from slurm_gavel.slurm import jobscript as templates
 from slurm_gavel.core.errors import InputError
 from slurm_gavel.job.progress import read_progress
 from slurm_gavel.slurm.commands import SlurmCLI
-from slurm_gavel.slurm.submit import cmd_submit, register
+from slurm_gavel.cli.submit import cmd_submit, register
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"

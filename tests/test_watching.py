@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 from test_metrics import free_port, pick, scrape
 from test_daemon import clean, dry_run, start_daemon, stop_daemon, submit, write_config  # noqa: F401 (clean: a fixture)
 
@@ -144,7 +144,7 @@ def test_syslog_that_stops_reading_does_not_block_the_daemon():
     """A unix datagram socket queues a few messages; the standard handler then blocks."""
     import logging
 
-    from slurm_gavel.slurm.daemon import SysLog
+    from slurm_gavel.daemon.logs import SysLog
 
     sockdir = Path(tempfile.mkdtemp(prefix="gvl"))
     stuck = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -275,8 +275,8 @@ def test_explain_one_job_share_received_and_what_it_needs(tmp_path):
 def test_users_text_is_escaped_in_the_log_file_and_syslog(tmp_path):
     import logging
 
-    from slurm_gavel.slurm import config as config_mod
-    from slurm_gavel.slurm.daemon import log_to
+    from slurm_gavel.daemon import config as config_mod
+    from slurm_gavel.daemon.logs import log_to
 
     sockdir = Path(tempfile.mkdtemp(prefix="gvl"))
     receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

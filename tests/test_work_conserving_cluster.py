@@ -19,9 +19,9 @@ from test_daemon import queue, submit, write_config, clean  # noqa: F401  (fixtu
 from slurm_gavel.core.engine import FILLING
 from slurm_gavel.core.model import Allocation
 from slurm_gavel.core.recompute import Immediate
-from slurm_gavel.slurm import config as config_mod
-from slurm_gavel.slurm.daemon import Daemon
-from slurm_gavel.slurm.queue import main as gqueue
+from slurm_gavel.daemon import config as config_mod
+from slurm_gavel.daemon.daemon import Daemon
+from slurm_gavel.cli.queue import main as gqueue
 
 
 class V100Only:

@@ -85,7 +85,7 @@ echo "== per GPU type (gqueue --cluster), and time per type from the daemon's da
 gqueue --db "$DEMO/gavel.db" --cluster
 python - "$DEMO/gavel.db" <<'PY'
 import sys
-from slurm_gavel.slurm.store import SqliteStore
+from slurm_gavel.daemon.store import SqliteStore
 store = SqliteStore(sys.argv[1], readonly=True)
 total = {}
 for job, per_type in store.job_time().items():

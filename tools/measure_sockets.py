@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slurm_gavel.slurm.devcluster import DevCluster, pick_ports, slurm_version  # noqa: E402
+from slurm_gavel.devcluster import DevCluster, pick_ports, slurm_version  # noqa: E402
 
 SCRIPT = ("#!/bin/bash\necho \"$CUDA_VISIBLE_DEVICES\" > \"$OUT/$SLURM_JOB_ID.env\"\nsleep 300\n")
 

@@ -2,8 +2,8 @@
 
 Owns `table` (ThroughputTable in Gavel's JSON layout, TableThroughputs),
 `learning` (EstimatingThroughputs: measurements, hints, exploration,
-matrix-completion fingerprints) and `cli` (``slurm-gavel throughputs``).
+matrix-completion fingerprints).  The ``slurm-gavel throughputs`` command that
+shows, imports and exports them is `cli.throughputs`.
 
-May import: `core` and numpy. `cli` also opens the daemon's SQLite store
-(`slurm.store`) where it reads measurements.
+May import: `core` and numpy.
 """

@@ -1,12 +1,16 @@
-"""The Slurm driver: everything that talks to a real Slurm cluster.
+"""The Slurm driver: everything that talks to a real Slurm cluster, and nothing else.
 
 Owns `commands` (every Slurm command, argument lists only), `records`
-(version-tolerant ``--json`` parsing), `flags` (the ``--comment "gavel ..."``
-grammar), `config` (gavel.toml), `backend` (SlurmBackend), `store` (the SQLite
-store), `daemon`, `queue` (gqueue), `jobscript` and `submit` (``slurm-gavel
-submit``), `devcluster` (``slurm-gavel cluster up|down``), `history` (sacct: the jobs
-that ran, for ``slurm-gavel replay``) and `billing` (``slurm-gavel billing``).
+(version-tolerant ``--json`` parsing, RequeueExitHold), `flags` (the ``--comment
+"gavel ..."`` grammar; `flags.is_admin_comment` says whether a job is a gavel job),
+`gputypes` (GPU type -> partition, GRES type or node set; the one partition -> GPU
+types grouping), `feasibility`, `fairshare`, `userfiles`, `jobscript` (the job
+templates `slurm-gavel submit` renders), `history` (sacct: the jobs that ran, for
+``slurm-gavel replay``), `backend` (SlurmBackend, with `sharing`, `multi_pairs` and
+`pair_room` for jobs that share GPUs), and the Slurm halves of three operator
+commands: `doctor` (Slurm's configuration checks), `billing` (TRESBillingWeights from
+speeds) and `undo` (release every held gavel job).
 
 May import: `core`, `policies`, `estimator`, and `job.progress` (the record
-format the jobs write). Never `sim`.
+format the jobs write).  Never `daemon`, `cli`, `devcluster` or `sim`.
 """

@@ -1,11 +1,12 @@
-"""`slurm-gavel doctor`: checks a live cluster's configuration against what the daemon needs.
+"""`slurm-gavel doctor`, the Slurm half: a live cluster's Slurm configuration against what the daemon needs.
 
-Each check reads what Slurm says (`scontrol show config`, the nodes of `sinfo --json` /
-`scontrol show nodes --json`), the daemon's gavel.toml and the files it names, and
-gives findings: one line each, a level (`error`: the daemon cannot work as documented;
-`warning`: it works, with a cost the line names; `info`), what was found and the fix.
-No finding: the configuration is what slurm_conf/README.md asks for.  Exit code 1 when
-there is an error.  It changes nothing.
+Each check takes what Slurm says (`scontrol show config`, the nodes of `sinfo --json` /
+`scontrol show nodes --json`) and the settings of gavel.toml it concerns, and gives
+findings (`finding`): one line each, a level (`error`: the daemon cannot work as
+documented; `warning`: it works, with a cost the line names; `info`), what was found and
+the fix.  No finding: the configuration is what slurm_conf/README.md asks for.  The
+daemon's own files (database, progress directory) are checked by `daemon.doctor`, which
+runs these checks too (`diagnose`).  Nothing here changes anything.
 
 What is checked, and why the daemon needs it:
 * Slurm and munge answer (every command the daemon runs is an authenticated RPC);
@@ -26,38 +27,24 @@ What is checked, and why the daemon needs it:
   a GPU on its cores' socket first, so the daemon starts no pair there (measured on 22.05.8
   and 24.11.5);
 * the daemon runs as root or SlurmUser (it holds, moves and releases others' jobs);
-* the database: its directory exists, and the file (with its `-wal`/`-shm`) is readable
-  by other users, who run `gqueue`;
-* `progress_dir`: exists, a directory, world-writable with the sticky bit (1777), and
-  on a file system the compute nodes share when they are other hosts.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
-import socket
-import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable
 
 from .. import __version__
-from ..core.display import clean, printable
 from ..core.errors import GavelError
 from .commands import SlurmCLI, parse_version
-from .gputypes import discover, from_config
-from .records import parse_nodes, socket_bound
+from .gputypes import discover, from_config, partition_types
+from .records import parse_nodes, requeue_exit_codes, socket_bound
 
 LEVELS = ("error", "warning", "info")
 # `-- slurm-gavel job_submit.lua version X` among the first lines of the plugin file
 LUA_VERSION = re.compile(r"^--\s*slurm-gavel job_submit\.lua version\s+(\S+)\s*$", re.MULTILINE)
-# file systems the compute nodes can share with the daemon's host
-SHARED_FS = {"nfs", "nfs4", "lustre", "gpfs", "ceph", "cephfs", "fuse.cephfs", "beegfs",
-             "glusterfs", "fuse.glusterfs", "cifs", "smb3", "9p", "fuse.sshfs", "virtiofs",
-             "orangefs", "pvfs2", "fuse.juicefs", "wekafs", "panfs"}
 
 
 def finding(level: str, check: str, found: str, fix: str = "") -> dict:
@@ -80,18 +67,6 @@ def lua_version(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def exit_codes(text: str) -> set[int]:
-    """RequeueExitHold's value (`85`, `85,86`, `80-90`, `(null)`) as a set of codes."""
-    codes: set[int] = set()
-    for part in (text or "").replace("(null)", "").split(","):
-        lo, sep, hi = part.partition("-")
-        if sep and lo.strip().isdigit() and hi.strip().isdigit():
-            codes.update(range(int(lo), int(hi) + 1))
-        elif part.strip().isdigit():
-            codes.add(int(part))
-    return codes
-
-
 def _listed(value: str) -> list[str]:
     return [v.strip() for v in (value or "").replace("(null)", "").split(",") if v.strip()]
 
@@ -105,7 +80,7 @@ def check_slurm_conf(conf: dict[str, str], requeue_exit_code: int) -> list[dict]
                            "gavel jobs are not checked, held or marked",
                            "set JobSubmitPlugins=lua in slurm.conf, job_submit.lua next to it, then "
                            "scontrol reconfigure"))
-    codes = exit_codes(conf.get("RequeueExitHold", ""))
+    codes = requeue_exit_codes(conf.get("RequeueExitHold", ""))
     if requeue_exit_code not in codes:
         out.append(finding("error", "requeue_exit_hold",
                            f"RequeueExitHold={conf.get('RequeueExitHold') or '(unset)'} lacks "
@@ -228,10 +203,7 @@ def check_nodes(nodes_data: dict, partitions: dict[str, str], gpu_types: dict | 
         out.append(finding("error", "gres_type", f"nodes {','.join(untyped)} have GPUs without a type "
                            "(gpu:N): the daemon cannot tell their GPU type",
                            "give each GPU a type: Gres=gpu:TYPE:N in slurm.conf and Type=TYPE in gres.conf"))
-    types: dict[str, set] = {}
-    for n in nodes:
-        for p in n.partitions:
-            types.setdefault(p, set()).add(n.gpu_type)
+    types = partition_types(nodes)
     if gpu_types:
         try:
             where = from_config(partitions, gpu_types).where
@@ -311,183 +283,6 @@ def check_munge(conf: dict[str, str], cli: SlurmCLI) -> list[dict]:
     return []
 
 
-def check_database(path: str) -> list[dict]:
-    db = Path(path)
-    where = db.parent
-    if not where.is_dir():
-        return [finding("error", "database", f"{where}: no such directory",
-                        f"mkdir -p -m 755 {where} (the unit's StateDirectory=slurm-gavel makes "
-                        "/var/lib/slurm-gavel)")]
-    out = []
-    # every directory on the way must let users through (o+x), not only the last one
-    shut = [d for d in (where.resolve(), *where.resolve().parents) if not d.stat().st_mode & stat.S_IXOTH]
-    if shut:
-        out.append(finding("warning", "database", f"{shut[0]} is mode {stat.S_IMODE(shut[0].stat().st_mode):o}: "
-                           "users cannot reach the database, gqueue fails for them",
-                           f"chmod o+x {' '.join(str(d) for d in shut)}"))
-    if not db.exists():
-        out.append(finding("info", "database", f"{db} does not exist yet: the daemon makes it at start"))
-        return out
-    out += check_schema(db)
-    closed = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"))
-              if p.exists() and not p.stat().st_mode & stat.S_IROTH]
-    if closed:
-        names = " ".join(str(p) for p in closed)
-        out.append(finding("warning", "database", f"{names} not readable by other users: gqueue "
-                           "fails for them", f"chmod 644 {names}"))
-    return out
-
-
-def check_schema(db: Path) -> list[dict]:
-    """The database's schema against this slurm-gavel's (the daemon migrates an older one
-    at start; a newer one, from a later slurm-gavel, it refuses)."""
-    import sqlite3
-    from .store import MIGRATIONS
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            tables = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
-            row = (conn.execute("select value from meta where key = 'schema_version'").fetchone()
-                   if "meta" in tables else None)
-        finally:
-            conn.close()
-        have = int(row[0]) if row else 0
-    except (sqlite3.Error, ValueError) as e:
-        return [finding("error", "database", f"{db}: cannot be read as the daemon's database ({e})",
-                        "restore it from a backup, or move it away (the daemon then starts a new ledger)")]
-    if have > len(MIGRATIONS):
-        return [finding("error", "database", f"{db}: schema version {have} is newer than this "
-                        f"slurm-gavel's ({len(MIGRATIONS)})", "install the slurm-gavel that wrote it")]
-    if have < len(MIGRATIONS):
-        return [finding("info", "database", f"{db}: schema version {have}, migrated to "
-                        f"{len(MIGRATIONS)} at the daemon's next start",
-                        "back it up first (docs/install.md, \"Upgrading\")")]
-    return []
-
-
-def _local_node(raw: dict) -> bool:
-    here = {socket.gethostname(), socket.gethostname().split(".")[0], "localhost"}
-    host = str(raw.get("hostname") or raw.get("name") or "")
-    addr = str(raw.get("address") or "")
-    return host in here or addr.startswith("127.") or addr == "::1"
-
-
-def _fs_type(path: Path) -> str | None:
-    """The file system type of `path`, from the longest mount point above it."""
-    best, kind = "", None
-    try:
-        lines = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    target = str(path.resolve())
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        mount = parts[1].replace("\\040", " ")
-        if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
-            best, kind = mount, parts[2]
-    return kind
-
-
-def check_progress_dir(path: str | None, raw_nodes: Iterable[dict]) -> list[dict]:
-    if not path:
-        return [finding("info", "progress_dir", "progress_dir unset: the daemon reads each job's "
-                        "<working directory>/.gavel/, which must be visible here")]
-    p = Path(path)
-    if not p.is_dir():
-        return [finding("error", "progress_dir", f"{p}: {'not a directory' if p.exists() else 'no such directory'}",
-                        f"mkdir -p {p} && chmod 1777 {p} (on a file system the nodes share)")]
-    mode = stat.S_IMODE(p.stat().st_mode)
-    out = []
-    if mode & 0o1777 != 0o1777:
-        out.append(finding("error" if not mode & stat.S_IWOTH else "warning", "progress_dir",
-                           f"{p} is mode {mode:o}: " + ("jobs cannot write their progress" if not mode & stat.S_IWOTH
-                                                        else "users can remove each other's files"),
-                           f"chmod 1777 {p}"))
-    remote = [str(n.get("name")) for n in raw_nodes if isinstance(n, dict) and not _local_node(n)]
-    kind = _fs_type(p)
-    if remote and kind is not None and kind not in SHARED_FS:
-        out.append(finding("warning", "progress_dir", f"{p} is on a local {kind} file system, but nodes "
-                           f"{','.join(sorted(remote)[:5])}{'...' if len(remote) > 5 else ''} are other "
-                           "hosts: their jobs' progress never reaches the daemon",
-                           "put progress_dir on a file system the nodes mount (NFS, Lustre, ...)"))
-    return out
-
-
-def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
-    """Every finding for this configuration and the cluster its Slurm commands reach."""
-    from . import config as config_mod
-    cli = cli or config_mod.slurm_cli(config)
-    out: list[dict] = []
-    try:
-        conf = cli.config()
-    except GavelError as e:
-        conf = None
-        out.append(finding("error", "slurm", f"Slurm does not answer: {e}",
-                           "is slurmctld running (systemctl status slurmctld) and SLURM_CONF right?"))
-    if conf is not None:
-        out += check_munge(conf, cli)
-        out += check_slurm_conf(conf, config.requeue_exit_code)
-        sharing = bool(getattr(config, "space_sharing", False))
-        wanted = int(getattr(config, "max_pair_gpus", 1) or 1)
-        out += check_sharing_select(conf, sharing, wanted)
-        out += check_pair_gpus(conf, sharing, wanted)
-        out += check_plugin_file(conf, shipped_file("job_submit.lua"))
-        out += check_user(conf)
-    else:
-        out += check_munge({}, cli)
-    raw_nodes: list = []
-    if conf is not None:
-        try:
-            data = cli.nodes()
-            raw_nodes = [n for n in data.get("nodes") or [] if isinstance(n, dict)]
-            out += check_nodes(data, dict(config.partitions), dict(config.gpu_types))
-            out += check_shard_sockets(data, bool(getattr(config, "space_sharing", False)))
-        except GavelError as e:
-            out.append(finding("error", "slurm", f"cannot list the nodes: {e}", "check slurmctld's log"))
-    out += check_database(config.database)
-    out += check_progress_dir(config.progress_dir, raw_nodes)
-    order = {lvl: i for i, lvl in enumerate(LEVELS)}
-    return sorted(out, key=lambda f: order[f["level"]])
-
-
-def table(rows: list[dict]) -> str:
-    lines = [f"{r['level'].upper():<8} {r['check']:<17} {r['finding']}" + (f" -- fix: {r['fix']}" if r["fix"] else "")
-             for r in rows]
-    errors = sum(r["level"] == "error" for r in rows)
-    warnings = sum(r["level"] == "warning" for r in rows)
-    lines.append(f"{errors} error(s), {warnings} warning(s)" if rows else "no finding: the configuration "
-                 "is what slurm-gavel needs")
-    return "\n".join(printable(line) for line in lines)
-
-
-def register(commands) -> argparse.ArgumentParser:
-    from .queue import add_config_argument
-    p = commands.add_parser(
-        "doctor", help="check the cluster's Slurm configuration and gavel.toml against what the "
-                       "daemon needs",
-        description="Check slurm.conf (as slurmctld runs it), the nodes' GRES, job_submit.lua, "
-                    "munge, gavel.toml, the database and the progress directory: one line per "
-                    "finding with its fix. Exit code 1 when there is an error. Changes nothing.")
-    add_config_argument(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(handler=cmd_doctor)
-    return p
-
-
-def cmd_doctor(args) -> int:
-    from . import config as config_mod
-    from .queue import config_path
-    rows = clean(diagnose(config_mod.load(config_path(args))))
-    errors = sum(r["level"] == "error" for r in rows)
-    if args.json:
-        from .queue import dumps
-        print(dumps({"findings": rows, "errors": errors}))
-    else:
-        print(table(rows))
-    return 1 if errors else 0
-
-
-__all__ = ["check_nodes", "check_slurm_conf", "diagnose", "exit_codes", "lua_version", "register",
-           "shipped_file"]
+__all__ = ["LEVELS", "check_munge", "check_nodes", "check_pair_gpus", "check_plugin_file",
+           "check_shard_sockets", "check_sharing_select", "check_slurm_conf", "check_user", "finding",
+           "lua_version", "shipped_file"]

@@ -110,16 +110,22 @@ class TypeMap:
         return f"TypeMap({self.where!r})"
 
 
+def partition_types(nodes: Iterable[SlurmNode]) -> dict[str, set]:
+    """partition -> the GPU types of its nodes (None for a node without typed GPUs: no GPU,
+    or untyped `gpu:4`).  The one grouping the driver, doctor and billing read partitions by."""
+    types: dict[str, set] = {}
+    for n in nodes:
+        for p in n.partitions:
+            types.setdefault(p, set()).add(n.gpu_type)
+    return types
+
+
 def discover(nodes: Iterable[SlurmNode]) -> TypeMap:
     """Types from Slurm's nodes: a partition whose GPU nodes are all of one GRES type is that
     type; a partition of several GRES types holds each type not already a partition of
     its own, by GRES type.  A partition with untyped GPU nodes (gpu:4) or nodes without
     GPUs is left out."""
-    nodes = list(nodes)
-    types: dict[str, set] = {}
-    for n in nodes:
-        for p in n.partitions:
-            types.setdefault(p, set()).add(n.gpu_type)
+    types = partition_types(nodes)
     single = {p: next(iter(t)) for p, t in sorted(types.items()) if len(t) == 1 and None not in t}
     where = dict(TypeMap.from_partitions(single).where)
     for p, t in sorted(types.items()):
@@ -173,4 +179,4 @@ def from_config(partitions: Mapping[str, str], gpu_types: Mapping[str, object],
     return TypeMap(out)
 
 
-__all__ = ["TypeMap", "Where", "discover", "from_config"]
+__all__ = ["TypeMap", "Where", "discover", "from_config", "partition_types"]

@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 from ..core.errors import InputError
 
@@ -147,3 +148,11 @@ def render(template_name: str, steps: int = DEFAULT_STEPS, gpus: int = 1, **opti
     directory = options.pop("directory", None)
     text = template_path(template_name, directory).read_text()
     return render_text(text, steps=steps, gpus=gpus, **options)
+
+
+def submit(cli, script: str, sbatch_args: Sequence[str] = ()) -> str:
+    """Submit a rendered script with `sbatch --parsable` (the script on standard input, an
+    argument list, no shell; `sbatch_args` unchanged); returns the job id (`--parsable`
+    prints "ID" or "ID;CLUSTER").  `cli` is a `commands.SlurmCLI`."""
+    done = cli.run(["sbatch", "--parsable", *sbatch_args], input=script)
+    return done.stdout.strip().split(";")[0]

@@ -557,6 +557,20 @@ def _node_shards(value: Any) -> int:
     return 0
 
 
+def requeue_exit_codes(text: str) -> set[int]:
+    """`scontrol show config`'s RequeueExitHold (`85`, `85,86`, `80-90`, `(null)`) as a set of
+    codes: a job that exits with one of them is requeued held, which is how a preempted
+    job comes back (the daemon checks its requeue_exit_code is among them at start)."""
+    codes: set[int] = set()
+    for part in (text or "").replace("(null)", "").split(","):
+        lo, sep, hi = part.partition("-")
+        if sep and lo.strip().isdigit() and hi.strip().isdigit():
+            codes.update(range(int(lo), int(hi) + 1))
+        elif part.strip().isdigit():
+            codes.add(int(part))
+    return codes
+
+
 def socket_bound(nodes, what: str = "GPUs") -> str:
     """'node a,b: GPUs bound to 2 sockets (gres.conf Cores=)' for the nodes (SlurmNode) whose
     shards are bound to 2+ sockets, the first ten named; '' when none is."""
@@ -737,7 +751,7 @@ def slurm_release(data: dict) -> str:
     return text(slurm.get("release"))
 
 
-__all__ = ["ACTIVE_STATES", "DEPARTURE_STATES", "FINISHED_STATES", "FinalState", "SACCT_FIELDS",
+__all__ = ["requeue_exit_codes", "ACTIVE_STATES", "DEPARTURE_STATES", "FINISHED_STATES", "FinalState", "SACCT_FIELDS",
            "SlurmJob", "SlurmNode", "SlurmRun", "expand_hostlist", "final_from_job",
            "final_from_sacct", "gpu_request", "number", "parse_jobs", "parse_nodes", "parse_sacct",
            "slurm_release", "states"]

@@ -25,7 +25,7 @@ and exit code 75 (systemd starts it again after RestartSec).
 Watching (slurm_conf/README.md): the Prometheus series of metrics.py, served when
 `metrics_port` is set (a port in use: one line, exit 75); each start and preemption
 logged and recorded as an event with its job, partition, nodes and reason
-(decisions.py); logs on stderr, and optionally a file and syslog (`log_to`).
+(decisions.py); logs on stderr, and optionally a file and syslog (`logs`).
 """
 from __future__ import annotations
 
@@ -33,28 +33,27 @@ import logging
 import logging.handlers
 import os
 import signal
-import sys
 import sqlite3
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Callable
 
 from . import config as config_mod
 from ..core.clock import WallClock
-from ..core.display import PrintableLog
 from ..core.engine import FILLING, Engine
 from ..core.mechanism import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy, resolve
 from ..core.recompute import Background
-from .backend import SlurmBackend
+from ..slurm.backend import SlurmBackend
 from .decisions import decide
-from .fairshare import FairshareWeights
-from .doctor import exit_codes
+from ..slurm.fairshare import FairshareWeights
+from ..slurm.records import requeue_exit_codes
 from .lock import DatabaseLock, LockError, LockUnavailable
-from .multi_pairs import StoredRequests
+from .logs import log_to, log_to_stderr
+from ..slurm.multi_pairs import StoredRequests
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
@@ -181,7 +180,7 @@ class Daemon:
         except GavelError as e:
             log.warning("cannot read Slurm's configuration: %s", e)
             return
-        if config.requeue_exit_code not in exit_codes(hold):
+        if config.requeue_exit_code not in requeue_exit_codes(hold):
             log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
                         "will end instead of being requeued held. Add RequeueExitHold=%d.",
                         hold or "(unset)", config.requeue_exit_code, config.requeue_exit_code)
@@ -510,50 +509,9 @@ class Daemon:
         return rows
 
 
-class SysLog(logging.handlers.SysLogHandler):
-    """Syslog that never blocks the daemon: a receiver that stops reading (a stuck journald;
-    a unix datagram socket queues only a few messages) costs log lines, counted in
-    `dropped`, not rounds.  (The standard handler's blocking send hung the daemon.)"""
-
-    dropped = 0
-
-    def _connect_unixsocket(self, address):
-        super()._connect_unixsocket(address)
-        self.socket.setblocking(False)
-
-    def handleError(self, record):
-        if isinstance(sys.exc_info()[1], BlockingIOError):
-            self.dropped += 1
-            return
-        super().handleError(record)
-
-
-def log_to(config: config_mod.Config) -> None:
-    """Besides stderr (the journal under systemd): `log_file` (reopened when logrotate moves
-    it) and `syslog` (the local socket, as slurm-gavel[pid], facility `syslog_facility`).
-    Users' text is escaped on every handler (PrintableLog)."""
-    root = logging.getLogger()
-    added = []
-    if config.log_file:
-        handler = logging.handlers.WatchedFileHandler(config.log_file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-        added.append(handler)
-    if config.syslog:
-        handler = SysLog(
-            config.syslog_address, facility=logging.handlers.SysLogHandler.facility_names[config.syslog_facility])
-        handler.setFormatter(logging.Formatter("slurm-gavel[%(process)d]: %(name)s %(levelname)s %(message)s"))
-        added.append(handler)
-    for handler in added:
-        handler.addFilter(PrintableLog())
-        root.addHandler(handler)
-
-
 def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None = None,
          log_level: str = "INFO") -> int:
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(PrintableLog())     # users' text (comments, paths) is quoted in logs
+    log_to_stderr(log_level)
     # Signals that arrive while the daemon starts (the endpoint may already answer) are
     # kept and handled once it runs: the default action of SIGHUP would end the process.
     early: list[int] = []

@@ -5,7 +5,7 @@
 
 Everything after ``--`` goes to sbatch unchanged (a ``--partition`` list there
 restricts the job to those partitions' GPU types, docs/flags.md). The script is rendered by
-`slurm_gavel.slurm.jobscript.render` (a pure function) and passed to ``sbatch
+`slurm.jobscript.render` (a pure function) and submitted by `slurm.jobscript.submit`: ``sbatch
 --parsable`` on standard input, with an argument list (no shell); the job runs
 in the current directory, which also holds its checkpoints and progress
 (``.gavel/``). ``--dry-run`` prints the script instead.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import jobscript as templates
-from .commands import SlurmCLI
+from ..slurm import jobscript as templates
+from ..slurm.commands import SlurmCLI
 
 
 class _SubmitParser(argparse.ArgumentParser):
@@ -76,7 +76,5 @@ def cmd_submit(args, cli: SlurmCLI | None = None) -> int:
         sys.stdout.write(script)
         return 0
     cli = cli or SlurmCLI()
-    done = cli.run(["sbatch", "--parsable", *args.sbatch_args], input=script)
-    job_id = done.stdout.strip().split(";")[0]
-    print(job_id)
+    print(templates.submit(cli, script, args.sbatch_args))
     return 0

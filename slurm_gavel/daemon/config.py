@@ -15,8 +15,8 @@ from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
-from .commands import SIGNALS, SlurmCLI
-from .flags import entity_name_problem
+from ..slurm.commands import SIGNALS, SlurmCLI
+from ..slurm.flags import entity_name_problem
 
 try:                      # Python 3.11+
     import tomllib
@@ -75,7 +75,7 @@ class Config:
     slurm_bin_dir: str | None = None
     slurm_conf: str | None = None        # SLURM_CONF for the Slurm commands
     command_timeout_seconds: float = 30.0
-    # Watching (slurm/metrics.py, slurm_conf/README.md): a Prometheus endpoint when a port is set
+    # Watching (daemon/metrics.py, slurm_conf/README.md): a Prometheus endpoint when a port is set
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"    # localhost only unless the admin opens it
     metrics_per_job: bool = False        # per-job series (a label per job id): opt-in
@@ -135,7 +135,7 @@ class Config:
         for p, wt in self.partitions.items():
             if not isinstance(wt, str) or not wt:
                 bad(f"partitions.{p}", "must name a GPU type")
-        from .gputypes import from_config
+        from ..slurm.gputypes import from_config
         from_config(self.partitions, self.gpu_types, where)     # a bad [gpu_types] entry: InputError
         for wt, price in self.prices.items():
             if not (isinstance(price, (int, float)) and price >= 0):
@@ -171,7 +171,7 @@ class Config:
 
     def type_map(self):
         """The configured GPU types (gputypes.TypeMap), None: discover them from Slurm."""
-        from .gputypes import from_config
+        from ..slurm.gputypes import from_config
         return from_config(self.partitions, self.gpu_types, self.source or "config")
 
 

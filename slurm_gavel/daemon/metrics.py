@@ -24,7 +24,7 @@ from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, Pla
                                ProcessCollector, start_http_server)
 
 from ..core.errors import GavelError
-from .commands import SlurmCLI, SlurmCommandError
+from ..slurm.commands import SlurmCLI, SlurmCommandError
 
 # gqueue's ST column, in the words a dashboard shows
 JOB_STATES = {"R": "running", "S": "released", "W": "held_back", "PD": "pending"}

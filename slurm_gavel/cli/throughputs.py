@@ -1,4 +1,4 @@
-"""`slurm-gavel throughputs show|import|export`: the throughput table the daemon learns (issue 6).
+"""`slurm-gavel throughputs show|import|export`: the throughput table the daemon learns.
 
     slurm-gavel throughputs show   [--db PATH | --config FILE] [--pairs] [--model NAME] [--json]
     slurm-gavel throughputs import FILE [--db PATH | --config FILE] [--format json|csv] [--replace]
@@ -15,7 +15,7 @@ fingerprint, exploration, ...) and its confidence.
 daemon reads them when it starts, and keeps smoothing them with what it
 measures); `export` writes the per-model measurements out.  Two layouts:
 Gavel's JSON (solo, pair and ``_unconsolidated`` entries; see
-slurm_gavel.sim.workloads.ThroughputTable) and a plain CSV with the header
+`estimator.table.ThroughputTable`) and a plain CSV with the header
 ``model,worker_type,scale_factor,steps_per_second`` (solo throughputs of
 jobs on one server only).
 
@@ -36,8 +36,11 @@ from typing import Sequence
 
 from ..core.display import clean
 from ..core.errors import GavelError, InputError
-from .table import UNCONSOLIDATED_SUFFIX, ThroughputTable
+from ..estimator.table import UNCONSOLIDATED_SUFFIX, ThroughputTable
 from ..core.files import atomic_write
+from ..daemon.views import throughputs
+from .common import (add_database_arguments, add_json_argument, align, database_path, dumps, fail,
+                     reading)
 
 CSV_FIELDS = ("model", "worker_type", "scale_factor", "steps_per_second")
 FORMATS = ("json", "csv")
@@ -51,16 +54,15 @@ def register(commands) -> argparse.ArgumentParser:
                     "active job, with sample counts and confidence), or import/export the "
                     "per-model measurements in Gavel's JSON layout or a plain CSV.")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    from ..slurm.queue import add_database_arguments as common    # --db, --config
 
     show = sub.add_parser("show", help="measured throughputs per model, estimates per active job")
-    common(show)
+    add_database_arguments(show)
     show.add_argument("--pairs", action="store_true", help="also the throughputs measured in pairs")
     show.add_argument("--model", action="append", default=[], metavar="NAME", help="only this model")
-    show.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(show)
     imp = sub.add_parser("import", help="load a table into the database as per-model measurements")
     imp.add_argument("file", metavar="FILE")
-    common(imp)
+    add_database_arguments(imp)
     imp.add_argument("--format", choices=FORMATS, help="default: from the file name (.json/.csv)")
     imp.add_argument("--replace", action="store_true",
                      help="drop every per-model measurement first (default: add to them)")
@@ -68,7 +70,7 @@ def register(commands) -> argparse.ArgumentParser:
                      help="sample count the imported values start with (default: %(default)s)")
     exp = sub.add_parser("export", help="write the per-model measurements to a file")
     exp.add_argument("file", metavar="FILE", help="output file, or - for stdout")
-    common(exp)
+    add_database_arguments(exp)
     exp.add_argument("--format", choices=FORMATS, help="default: from the file name; JSON for -")
     p.set_defaults(handler=cmd_throughputs)
     return p
@@ -78,19 +80,12 @@ def cmd_throughputs(args) -> int:
     """Handler of `throughputs`: 0 ok, 2 bad input, 1 failure (one line on stderr)."""
     try:
         return {"show": _show, "import": _import, "export": _export}[args.action](args)
-    except InputError as err:
-        print(f"slurm-gavel: error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except GavelError as err:
-        print(f"slurm-gavel: error: {_one_line(err)}", file=sys.stderr)
-        return 1
-    except OSError as err:
-        print(f"slurm-gavel: error: {_one_line(err)}", file=sys.stderr)
-        return 2
+    except (GavelError, OSError) as err:    # called directly by `main` below and by tests
+        return fail(err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`slurm-gavel throughputs ...` on its own (tests; before it is registered in cli.py)."""
+    """`slurm-gavel throughputs ...` on its own parser (the tests call it)."""
     parser = argparse.ArgumentParser(prog="slurm-gavel")
     register(parser.add_subparsers(dest="command", required=True))
     try:
@@ -100,12 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return args.handler(args)
 
 
-def _one_line(message) -> str:
-    return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
-
-
 def _database(args) -> str:
-    from ..slurm.queue import database_path
     return database_path(args)
 
 
@@ -257,7 +247,7 @@ def csv_text(rows: Sequence[dict]) -> str:
 
 # -- the actions --------------------------------------------------------------------------
 def _import(args) -> int:
-    from ..slurm.store import SqliteStore
+    from ..daemon.store import SqliteStore
 
     if args.samples < 1:
         raise InputError("--samples", f"must be >= 1, got {args.samples}")
@@ -283,7 +273,6 @@ def _import(args) -> int:
 
 
 def _measured_rows(args) -> list[dict]:
-    from ..slurm.queue import reading
 
     with reading(args) as store:
         model_rows, _ = store.load_throughputs()
@@ -309,23 +298,6 @@ def _export(args) -> int:
     return 0
 
 
-def show_data(store, models: Sequence[str] = (), pairs: bool = False) -> dict:
-    model_rows, job_rows = store.load_throughputs()
-    wanted = set(models)
-    measured = [r for r in model_rows if (pairs or not r["partner"]) and (not wanted or r["model"] in wanted)]
-    measured.sort(key=lambda r: (r["model"], r["scale_factor"], r["partner"], r["spread"], r["worker_type"]))
-    samples = {(r["job"], r["worker_type"]): r["samples"] for r in job_rows
-               if not r["partner"] and not r["spread"]}
-    estimates = []
-    for e in store.throughput_estimates():
-        if wanted and e["model"] not in wanted:
-            continue
-        e = dict(e)
-        e["samples"] = samples.get((e["job"], e["worker_type"]), 0)
-        estimates.append(e)
-    return {"measured": measured, "estimates": estimates}
-
-
 def show_text(data: dict) -> str:
     lines = []
     measured = data["measured"]
@@ -333,30 +305,26 @@ def show_text(data: dict) -> str:
     if not measured:
         lines.append("  (nothing measured yet)")
     else:
-        width = max(len("MODEL"), *(len(r["model"]) for r in measured))
-        pw = max(len("PARTNER"), *(len(r["partner"] or "-") for r in measured))
-        lines.append(f"  {'MODEL':<{width}} {'GPUS':>4} {'TYPE':<8} {'PARTNER':<{pw}} {'PLACEMENT':<9} "
-                     f"{'STEPS/S':>10} {'SAMPLES':>7}")
-        for r in measured:
-            lines.append(f"  {r['model']:<{width}} {r['scale_factor']:>4} {r['worker_type']:<8} "
-                         f"{r['partner'] or '-':<{pw}} {'spread' if r['spread'] else 'packed':<9} "
-                         f"{_number(r['steps_per_second']):>10} {r['samples']:>7}")
+        rows = [["MODEL", "GPUS", "TYPE", "PARTNER", "PLACEMENT", "STEPS/S", "SAMPLES"]]
+        rows += [[r["model"], r["scale_factor"], r["worker_type"], r["partner"] or "-",
+                  "spread" if r["spread"] else "packed", _number(r["steps_per_second"]), r["samples"]]
+                 for r in measured]
+        lines += ["  " + line for line in align(rows, right=(1, 5, 6), sep=" ", minimum={2: 8, 5: 10})]
     lines.append("")
     lines.append("ESTIMATES (active jobs; what the policy was last given)")
     estimates = data["estimates"]
     if not estimates:
         lines.append("  (no active job has been estimated)")
     else:
-        width = max(len("MODEL"), *(len(e["model"]) for e in estimates))
-        jw = max(len("JOBID"), *(len(e["job"]) for e in estimates))
-        lines.append(f"  {'JOBID':<{jw}} {'MODEL':<{width}} {'GPUS':>4} {'TYPE':<8} {'STEPS/S':>10} "
-                     f"{'KIND':<11} {'CONF':>5} {'SAMPLES':>7}  PHASE")
+        # PHASE is set off by two blanks: its cell starts with one more
+        rows = [["JOBID", "MODEL", "GPUS", "TYPE", "STEPS/S", "KIND", "CONF", "SAMPLES", " PHASE"]]
         for e in estimates:
-            text = _number(e["steps_per_second"])
             phase = e["phase"] + (f" (like {e['proxy']})" if e["phase"] == "fingerprint" and e["proxy"] else "")
-            lines.append(f"  {e['job']:<{jw}} {e['model']:<{width}} {e['scale_factor']:>4} "
-                         f"{e['worker_type']:<8} {text:>10} {e['kind']:<11} {e['confidence']:>5.2f} "
-                         f"{e['samples']:>7}  {phase}")
+            rows.append([e["job"], e["model"], e["scale_factor"], e["worker_type"],
+                         _number(e["steps_per_second"]), e["kind"], f"{e['confidence']:.2f}",
+                         e["samples"], " " + phase])
+        lines += ["  " + line for line in align(rows, right=(2, 4, 6, 7), sep=" ",
+                                                 minimum={3: 8, 4: 10, 5: 11, 6: 5})]
     return "\n".join(lines)
 
 
@@ -366,14 +334,13 @@ def _number(value) -> str:
 
 
 def _show(args) -> int:
-    from ..slurm.queue import reading
 
     with reading(args) as store:
-        data = clean(show_data(store, args.model, args.pairs))    # models, jobs: users' text
-    print(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) if args.json
+        data = clean(throughputs(store, args.model, args.pairs))    # models, jobs: users' text
+    print(dumps(data) if args.json
           else show_text(data))
     return 0
 
 
 __all__ = ["CSV_FIELDS", "cmd_throughputs", "csv_text", "main", "read_rows", "register", "rows_table",
-           "show_data", "show_text", "table_rows"]
+           "show_text", "table_rows"]
