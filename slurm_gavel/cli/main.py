@@ -2,7 +2,7 @@
 
     slurm-gavel policies | solve | simulate | sweep | replay        (`policy`, `simulate`, `replay`)
     slurm-gavel daemon | queue | events | explain | doctor | backup | billing | release-all
-    slurm-gavel throughputs | submit | cluster up|down|status
+    slurm-gavel throughputs | submit | check-job | cluster up|down|status
 
 `main` runs the handler the subcommand set and turns what it raises into an exit code
 (`common.exit_code`): 0 success, 1 the work failed (no optimal allocation, Slurm or the
@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # the order of `slurm-gavel --help`
-    from . import (backup, billing, cluster, doctor, events, explain, policy, replay, simulate,
-                   submit, throughputs, undo)
+    from . import (backup, billing, checkjob, cluster, doctor, events, explain, policy, replay,
+                   simulate, submit, throughputs, undo)
     policy.register(commands)
     simulate.register(commands)
     daemon = commands.add_parser(
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     queue.set_defaults(handler=cmd_queue)
     cluster.register(commands)
     submit.register(commands)
+    checkjob.register(commands)
     throughputs.register(commands)
     undo.register(commands)
     events.register(commands)

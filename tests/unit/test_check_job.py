@@ -116,3 +116,19 @@ def test_the_template_job_passes(tmp_path):
     report = check_job(script, Options(start_timeout=120, save_timeout=60, grace=1.0),
                        workdir=tmp_path)
     assert report.ok, texts(report)
+
+
+def test_the_command(tmp_path, capsys):
+    import json
+
+    from slurm_gavel.cli import main
+    script = job(tmp_path, None)
+    assert main(["check-job", str(script), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and any("resumed at step" in f["text"] for f in out["findings"])
+    bad = write(tmp_path, "bad.sh", f"#!/bin/bash\n{sys.executable} -c 'print(1)'\n")
+    assert main(["check-job", str(bad), "--timeout", "5"]) == 1
+    shown = capsys.readouterr().out
+    assert "PROBLEM  gavel warning: line 2 starts the training without exec" in shown
+    assert main(["check-job", str(tmp_path / "missing.sh")]) == 2
+    assert main(["check-job", str(script), "--signal", "KILL"]) == 2
