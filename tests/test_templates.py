@@ -147,7 +147,8 @@ def test_submit_types_goes_into_the_comment():
 
 def test_submit_options_after_the_template_are_ours():
     args = parse(["submit", "a3c", "--slo", "2h", "--python", "p"])
-    assert (args.template, args.slo, args.sbatch_args, args.steps) == ("a3c", "2h", [], 100)
+    # --steps unset: a template's default (100) applies, a --script job gets no steps= flag
+    assert (args.template, args.slo, args.sbatch_args, args.steps) == ("a3c", "2h", [], None)
     with pytest.raises(SystemExit):
         parse(["submit", "a3c", "--partition", "v100"])      # sbatch's options go after --
 

@@ -1,9 +1,15 @@
-"""`slurm-gavel submit TEMPLATE`: render a job template and submit it with sbatch.
+"""`slurm-gavel submit TEMPLATE`: render a job template and submit it with sbatch;
+`slurm-gavel submit --script train.py -- ARGS`: the same for the user's own script.
 
     slurm-gavel submit resnet50 --steps 2000 --gpus 1 --weight 2 --slo 36h \
         --speeds v100:4.2,p100:2.1 -- --mail-type=END
+    slurm-gavel submit --script train.py --gpus 1 --steps 5000 --sbatch=--time=2-0 -- --lr 0.1
 
-Everything after ``--`` goes to sbatch unchanged (a ``--partition`` list there
+With a template, everything after ``--`` goes to sbatch unchanged; with ``--script``
+it is the script's own arguments, and ``--sbatch=OPTION`` (repeatable) goes to sbatch.
+The script is wrapped in the header of a gavel job (`slurm.jobscript.render_script`:
+comment, GPUs, requeue, output appended) and started with ``exec``; ``--torchrun`` starts
+one process per GPU under `slurm-gavel run`. Otherwise, (a ``--partition`` list there
 restricts the job to those partitions' GPU types, docs/flags.md). The script is rendered by
 `slurm.jobscript.render` (a pure function) and submitted by `slurm.jobscript.submit`: ``sbatch
 --parsable`` on standard input, with an argument list (no shell); the job runs
@@ -14,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from ..core.display import clean
+from ..core.errors import InputError
 from ..slurm import jobscript as templates
 from ..slurm.commands import SlurmCLI
 
@@ -47,10 +56,21 @@ def register(commands) -> argparse.ArgumentParser:
                     "Arguments after -- go to sbatch.",
         epilog=f"templates: {', '.join(names)} (in {templates.templates_dir()})")
     p.__class__ = _SubmitParser
-    p.add_argument("template", metavar="TEMPLATE",
+    p.add_argument("template", metavar="TEMPLATE", nargs="?",
                    help="a template name, or the path of an .sbatch template")
-    p.add_argument("--steps", type=int, default=templates.DEFAULT_STEPS, metavar="N",
-                   help="total training steps (default: %(default)s)")
+    p.add_argument("--script", metavar="PATH",
+                   help="instead of a template: your own training script, run with exec in a gavel "
+                        "job's header (arguments after -- go to it)")
+    p.add_argument("--model", metavar="NAME",
+                   help="with --script: the model name in the gavel comment (default: the "
+                        "script's name)")
+    p.add_argument("--torchrun", action="store_true",
+                   help="with --script: one process per GPU through torchrun, under slurm-gavel run")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="with --script: an sbatch option, e.g. --sbatch=--time=1-0 (repeatable)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help=f"total training steps (templates: default {templates.DEFAULT_STEPS}; "
+                        "--script: the steps= flag, none by default)")
     p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs (default: %(default)s)")
     p.add_argument("--weight", metavar="W", help="gavel weight flag, e.g. 2")
     p.add_argument("--slo", metavar="DURATION", help="gavel SLO flag, e.g. 36h")
@@ -69,12 +89,26 @@ def register(commands) -> argparse.ArgumentParser:
 
 def cmd_submit(args, cli: SlurmCLI | None = None) -> int:
     """Handler of `submit`. Errors are raised (InputError, SlurmCommandError) for the CLI."""
-    script = templates.render(args.template, steps=args.steps, gpus=args.gpus,
-                              weight=args.weight, slo=args.slo, speeds=args.speeds,
-                              types=args.types, python=args.python)
+    if (args.template is None) == (args.script is None):
+        raise InputError("TEMPLATE", "give a template name or --script PATH (one of them)")
+    if args.script is None:
+        if args.model or args.torchrun or args.sbatch:
+            raise InputError("--model/--torchrun/--sbatch", "go with --script only")
+        sbatch_args = args.sbatch_args
+        script = templates.render(args.template, steps=args.steps or templates.DEFAULT_STEPS,
+                                  gpus=args.gpus, weight=args.weight, slo=args.slo,
+                                  speeds=args.speeds, types=args.types, python=args.python)
+    else:
+        if not Path(args.script).is_file():
+            raise InputError("--script", f"{clean(args.script)} is not a file")
+        sbatch_args = args.sbatch
+        script = templates.render_script(args.script, args.sbatch_args, gpus=args.gpus,
+                                         steps=args.steps, model=args.model, weight=args.weight,
+                                         slo=args.slo, speeds=args.speeds, types=args.types,
+                                         python=args.python, torchrun=args.torchrun)
     if args.dry_run:
         sys.stdout.write(script)
         return 0
     cli = cli or SlurmCLI()
-    print(templates.submit(cli, script, args.sbatch_args))
+    print(templates.submit(cli, script, sbatch_args))
     return 0

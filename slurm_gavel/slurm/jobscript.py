@@ -150,6 +150,75 @@ def render(template_name: str, steps: int = DEFAULT_STEPS, gpus: int = 1, **opti
     return render_text(text, steps=steps, gpus=gpus, **options)
 
 
+_NAME = re.compile(r"[A-Za-z0-9._+-]{1,64}\Z")
+
+SCRIPT_HEADER = """\
+#!/bin/bash
+#SBATCH --job-name=gavel-{name}
+#SBATCH --comment "gavel {comment}"
+#SBATCH --gres=gpu:{gpus}
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=gavel-{name}-%j.out
+#
+# Written by `slurm-gavel submit --script`. The training runs with exec, so that the
+# preemption signal reaches it (a shell would not pass it on): {how}.
+# The script must make itself preemptible (GavelIterator or a framework callback).
+"""
+
+
+def render_script(script, args: Sequence[str] = (), *, gpus: int = 1, steps: int | None = None,
+                  model: str | None = None, weight=None, slo: str | None = None, speeds=None,
+                  types=None, python: str = "python3", torchrun: bool = False) -> str:
+    """The sbatch script that runs the user's own training `script` with `args` as a gavel
+    job; pure. `torchrun`: one process per GPU, started by torchrun under the launcher that
+    passes the preemption on to every rank (`slurm-gavel run`). Raises InputError on bad
+    values; the gavel comment is checked with the scheduler's flag parser."""
+    from .flags import FlagError, parse_comment
+
+    path = Path(script)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise InputError("gpus", f"must be a whole number in 1-{MAX_GPUS}, got {gpus!r}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise InputError("steps", f"must be a whole number >= 1, got {steps!r}")
+    if not python or "\n" in python:
+        raise InputError("python", f"not an interpreter path: {python!r}")
+    if any("\0" in a for a in [str(path), *args]):
+        raise InputError("args", "a NUL byte cannot be passed to a program")
+    name = path.stem if _NAME.match(path.stem) else "job"
+    model = name if model is None else model
+    comment = f"model={model}" + (f" steps={steps}" if steps is not None else "")
+    if weight is not None:
+        comment += f" weight={_format_weight(weight)}"
+    if slo is not None:
+        comment += f" slo={str(slo).strip()}"
+    if speeds is not None:
+        comment += f" speeds={_format_speeds(speeds)}"
+    if types is not None:
+        listed = types if isinstance(types, str) else ",".join(types)
+        if listed == "" or any(c.isspace() or c == '"' for c in listed):
+            raise InputError("flags", f"types: not a TYPE,... list: {types!r}")
+        comment += f" types={listed}"
+    if any(c.isspace() and c != " " or c == '"' for c in comment):
+        raise InputError("flags", "a flag value holds a quote or a line break")
+    try:
+        parse_comment("gavel " + comment)
+    except FlagError as e:
+        raise InputError("flags", str(e)) from None
+    target = [shlex.quote(str(path.resolve())), *(shlex.quote(a) for a in args)]
+    py = shlex.quote(python)
+    if torchrun:
+        how = (f"torchrun starts {gpus} processes,\n# one per GPU, under `slurm-gavel run`, which "
+               "passes the signal to every rank and ends them\n# all with the job")
+        command = (f"exec {py} -m slurm_gavel run -- {py} -m torch.distributed.run --standalone "
+                   f"--nproc-per-node {gpus} {' '.join(target)}")
+    else:
+        how = "one process"
+        command = f"exec {py} {' '.join(target)}"
+    header = SCRIPT_HEADER.format(name=name, comment=comment, gpus=gpus, how=how)
+    return header + command + "\n"
+
+
 def submit(cli, script: str, sbatch_args: Sequence[str] = ()) -> str:
     """Submit a rendered script with `sbatch --parsable` (the script on standard input, an
     argument list, no shell; `sbatch_args` unchanged); returns the job id (`--parsable`
