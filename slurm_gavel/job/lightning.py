@@ -106,18 +106,22 @@ def catch_signal_early(signal_name="USR2") -> None:
 
 def _framework(name: str | None):
     """The Lightning package the script uses: ``lightning.pytorch`` or ``pytorch_lightning``."""
-    if name is None:
-        if "lightning.pytorch" not in sys.modules and "pytorch_lightning" in sys.modules:
-            name = "pytorch_lightning"
-        else:
-            name = "lightning.pytorch"
-    if name not in ("lightning.pytorch", "pytorch_lightning"):
-        raise ValueError(f"framework must be 'lightning.pytorch' or 'pytorch_lightning', got {name!r}")
     import importlib
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise ImportError(f"GavelCallback needs {name} (pip install 'slurm-gavel[lightning]'): {e}") from e
+    if name is None:
+        imported = [n for n in ("lightning.pytorch", "pytorch_lightning") if sys.modules.get(n)]
+        names = imported[:1] or ["lightning.pytorch", "pytorch_lightning"]
+    elif name in ("lightning.pytorch", "pytorch_lightning"):
+        names = [name]
+    else:
+        raise ValueError(f"framework must be 'lightning.pytorch' or 'pytorch_lightning', got {name!r}")
+    errors = []
+    for candidate in names:
+        try:
+            return importlib.import_module(candidate)
+        except ImportError as e:
+            errors.append(f"{candidate}: {e}")
+    raise ImportError(f"GavelCallback needs {' or '.join(names)} (pip install 'slurm-gavel[lightning]'); "
+                      + "; ".join(errors))
 
 
 _classes: dict = {}
