@@ -57,7 +57,7 @@ def main(argv=None, extra_callbacks=()):
                                 shuffle=True)
     model = Model(args.features, lr=0.05)
     gavel = GavelCallback()                                                 # gavel
-    callbacks = [gavel, *extra_callbacks]
+    callbacks = [gavel, *extra_callbacks]                                   # gavel
     if args.step_seconds:
         callbacks.append(Sleep(args.step_seconds))
     trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=1, logger=False,

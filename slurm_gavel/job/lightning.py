@@ -20,15 +20,17 @@ What it does under Slurm (``SLURM_JOB_ID`` set):
 - `catch_signal_early()` or the callback's construction installs a handler for the
   preemption signal (default USR2) that only sets a flag.
 - After each trained step (``on_train_batch_end`` of a batch after which the optimizer
-  stepped: never in the middle of gradient accumulation, never a batch only fetched),
-  when the flag is set (on any rank), ``trainer.save_checkpoint`` writes the Lightning
-  checkpoint (plus this callback's state: the RNG states of torch, CUDA, Python and
-  NumPy) to a temporary file in ``checkpoint_dir``, which is fsynced and renamed to
-  ``step-<N>`` (N = ``trainer.global_step``); older ones are removed; a ``checkpoint``
-  progress record is written and ``SystemExit(85)`` is raised from the hook. Lightning
-  tears down (``on_exception`` hooks run) and re-raises it, so ``trainer.fit`` does not
-  return and the script exits 85, which ``RequeueExitHold=85`` turns into "requeued
-  held". Code after ``fit`` runs only when training is complete.
+  stepped: never in the middle of gradient accumulation, never a batch only fetched;
+  not the last step of an epoch nor one a validation follows, from which Lightning does
+  not resume exactly: then after the next step), when the flag is set (on any rank),
+  ``trainer.save_checkpoint`` writes the Lightning checkpoint (plus this callback's
+  state: the RNG states of torch, CUDA, Python and NumPy) to a temporary file in
+  ``checkpoint_dir``, which is fsynced and renamed to ``step-<N>`` (N =
+  ``trainer.global_step``); older ones are removed; a ``checkpoint`` progress record is
+  written and ``SystemExit(85)`` is raised from the hook. Lightning tears down
+  (``on_exception`` hooks run) and re-raises it, so ``trainer.fit`` does not return and
+  the script exits 85, which ``RequeueExitHold=85`` turns into "requeued held". Code
+  after ``fit`` runs only when training is complete.
 - `resume_path()` is the newest checkpoint (None on the first start); given to
   ``trainer.fit(ckpt_path=...)``, Lightning restores everything and this callback puts
   the RNG states back when training starts. Starting without it while a checkpoint
