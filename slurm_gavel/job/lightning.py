@@ -389,6 +389,15 @@ class GavelCallback:
                     f"gavel: the training loader ({type(loader).__name__}) cannot tell its position, so a "
                     f"job preempted in the middle of an epoch would not resume exactly: use "
                     f"torchdata.stateful_dataloader.StatefulDataLoader (same arguments as DataLoader)")
+            try:
+                len(loader)
+            except TypeError:
+                # Lightning fetches one batch ahead from a loader without a length: the
+                # saved position would count that batch as trained, and a resume skip it.
+                raise RuntimeError(
+                    f"gavel: the training loader ({type(loader).__name__}) has no length, so Lightning "
+                    f"fetches a batch ahead and a preempted job would skip it when it resumes: give "
+                    f"the dataset a __len__") from None
 
     def _clean_temporaries(self) -> None:
         try:

@@ -36,6 +36,16 @@ DRIVER = textwrap.dedent("""
     if os.environ.get("PLAIN_LOADER"):
         import torch
         train.StatefulDataLoader = torch.utils.data.DataLoader
+    if os.environ.get("UNSIZED_LOADER"):
+        import torch
+        Stateful = train.StatefulDataLoader
+
+        class Unsized(torch.utils.data.IterableDataset):
+            def __init__(self, data):
+                self.data = data
+            def __iter__(self):
+                return iter(self.data)
+        train.StatefulDataLoader = lambda data, batch_size, shuffle: Stateful(Unsized(data), batch_size)
     if os.environ.get("FORGET_RESUME"):
         train.GavelCallback.resume_path = lambda self: None
     KILL_AT = {int(s) for s in os.environ.get("KILL_AT", "").split(",") if s}
@@ -124,7 +134,7 @@ def test_stops_after_the_epoch_end_and_mid_epoch_then_resumes_bit_for_bit(tmp_pa
     progress = [r["step"] for r in records if r["event"] == "progress"]
     assert progress and progress == sorted(progress) and set(progress) <= set(range(1, STEPS + 1))
     assert all(r["total_steps"] == STEPS and r["job"] == "7" for r in records)
-    assert all(r["steps_per_second"] > 0 for r in records if r["event"] != "start")
+    assert all(r["steps_per_second"] > 0 for r in records if r["event"] in ("progress", "checkpoint"))
     assert all(r["save_seconds"] >= 0 for r in records if r["event"] == "checkpoint")
     assert not (tmp_path / "ck" / "7").exists()             # removed once training is done
 
@@ -153,11 +163,16 @@ def test_a_signal_during_setup_is_kept_and_a_forgotten_resume_is_refused(tmp_pat
     assert not _steps(forgot.stdout)
 
 
-def test_a_loader_that_cannot_tell_its_position_is_refused(tmp_path):
+def test_loaders_that_cannot_resume_exactly_are_refused(tmp_path):
     run = _run(tmp_path, _env(tmp_path, PLAIN_LOADER="1"))
     assert run.returncode == 1
     assert "the training loader (DataLoader) cannot tell its position" in run.stderr
     assert "use torchdata.stateful_dataloader.StatefulDataLoader" in run.stderr
+    assert not _steps(run.stdout)
+    run = _run(tmp_path, _env(tmp_path, UNSIZED_LOADER="1"))
+    assert run.returncode == 1
+    assert "the training loader (StatefulDataLoader) has no length, so Lightning fetches a batch " \
+        "ahead" in run.stderr
     assert not _steps(run.stdout)
 
 
