@@ -17,7 +17,7 @@ def test_a_start_names_partition_nodes_share_priority_and_the_move():
     assert out["start"].line(3) == ("round 3: job 12: started on v100 (partition gpu-v100, nodes g1; "
                                     "share 0.45; priority 2.1; moved from k80)")
     assert out["preempt"].line(3) == ("round 3: job 7: preempted on v100 (partition gpu-v100, nodes g1) "
-                                      "for job 12 (priority 2.1 vs 0.8)")
+                                      "for job 12 (job 12's priority 2.1, job 7's 0.8)")
     assert out["preempt"].partition == "gpu-v100" and out["preempt"].nodes == ("g1",)
 
 

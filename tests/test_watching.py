@@ -27,7 +27,7 @@ KEEP = "v100-0"
 START = re.compile(r"round \d+: job (\d+): started on v100 \(partition v100, nodes v100-0; "
                    r"share [0-9.]+; priority [^;)]+")
 PREEMPT = re.compile(r"round \d+: job (\d+): preempted on v100 \(partition v100, nodes v100-0\) "
-                     r"for job (\d+) \(priority [^ ]+ vs [^)]+\)")
+                     r"for job (\d+) \(job \2's priority [^ ]+, job \1's [^)]+\)")
 
 
 def events(db: Path, *args) -> subprocess.CompletedProcess:
@@ -115,7 +115,8 @@ def test_action_lines_in_every_log_and_the_history_in_words(clean, tmp_path):
     text = "\n".join(lines[1:])
     assert "submitted (model convnet)" in text
     assert re.search(r"started on v100 \(partition v100, nodes v100-0; share [0-9.]+; priority", text)
-    assert re.search(r"preempted on v100 \(partition v100, nodes v100-0\) for job \d+ \(priority", text)
+    assert re.search(r"preempted on v100 \(partition v100, nodes v100-0\) for job (\d+) "
+                     r"\(job \1's priority [^ ]+, job \d+'s", text)
     assert lines[1].split()[2] == preempted and "submitted" in lines[1]     # oldest first
     assert all(line.split()[2] == preempted for line in lines[1:])
     data = json.loads(events(db, "--json").stdout, parse_constant=lambda c: (_ for _ in ()).throw(
@@ -263,7 +264,8 @@ def test_explain_one_job_share_received_and_what_it_needs(tmp_path):
     assert "v100: a priority above 1.5 (the lowest of the jobs running there; its own is 0.9)" in out
     data = json.loads(run("queue", "--db", str(db), "-j", "3", "--explain", "--json").stdout)
     assert data["jobid"] == "3" and [t for t in data["types"] if t["worker_type"] == "v100"] == [{
-        "worker_type": "v100", "share": 0.6, "target_seconds": 216.0, "received_seconds": 120.0}]
+        "worker_type": "v100", "share": 0.6, "target_seconds": 216.0, "received_seconds": 120.0,
+        "steps_per_second": None, "source": None}]          # no estimate saved in this database
     running = run("explain", "1", "--db", str(db)).stdout
     assert "to run next round it needs: nothing: it runs on v100" in running
     missing = run("explain", "99", "--db", str(db))

@@ -1,7 +1,9 @@
 """`slurm-gavel explain JOB` (also `gqueue -j JOB --explain`): one job, from the database.
 
 Its share per GPU type in the allocation in force and the time that share asks for
-since the job arrived, next to what it received per type; its state, priority and why
+since the job arrived, next to what it received per type and its speed there (measured,
+or where the estimate comes from: a guess is said to be one); its steps, estimated finish
+and preemptions; its state, priority and why
 it waits; and what it would need to run next round: a free GPU of a type it has a share
 on, or a priority above the lowest of the jobs running on such a type (priorities are
 share / time received since the last reset, so a waiting job's rises every round).
@@ -16,17 +18,43 @@ from ..daemon.views import explain, number
 from .common import add_database_arguments, add_json_argument, dumps, hours, reading
 
 
+SOURCE_WORDS = {"measured": "measured", "learned": "learned from its model's jobs",
+                "hint": "the user's hint", "reference": "reference table",
+                "fingerprint": "like a similar job", "guess": "guess"}
+
+
+def _speed(t: dict) -> str:
+    if t.get("steps_per_second") is None:
+        return ""
+    return (f"  {t['steps_per_second']:.3g} steps/s "
+            f"({SOURCE_WORDS.get(t.get('source'), 'guess')})")
+
+
 def text(e: dict) -> str:
     lines = [f"job {e['jobid']} ({e['name']}, user {e['user']}, model {e['model']}, {e['gpus']} GPU"
              f"{'s' if e['gpus'] != 1 else ''}): {e['state']}"
              + (f" on {e['worker_type']}" if e["worker_type"] and e["state"] == "R" else ""),
-             f"  priority {number(e['priority'])}" + (f"; {e['reason']}" if e["reason"] else ""),
-             f"  since it arrived ({hours(e['elapsed_seconds'])} ago), per GPU type:"]
+             f"  priority {number(e['priority'])}" + (f"; {e['reason']}" if e["reason"] else "")]
     if e.get("may_run_on"):
-        lines.insert(2, f"  may run on {', '.join(e['may_run_on'])} only")
+        lines.append(f"  may run on {', '.join(e['may_run_on'])} only")
+    if e.get("steps_done") is not None:
+        progress = f"  steps {e['steps_done']:.0f}"
+        if e.get("steps"):
+            progress += f"/{e['steps']:.0f} ({100 * e['steps_done'] / e['steps']:.0f}%)"
+        if e.get("finish_seconds") is not None:
+            progress += (f"; estimated finish in {hours(e['finish_seconds'])} at its shares"
+                         + (" (a guess: some speeds are not measured)"
+                            if e.get("finish_is_guess") else ""))
+        lines.append(progress)
+    if e.get("preemptions"):
+        lines.append(f"  preempted {e['preemptions']} time{'s' if e['preemptions'] != 1 else ''}")
+    arrived = (f"  arrived {hours(e['ago_seconds'])} ago; " if e.get("ago_seconds") is not None
+               else "  ")
+    lines.append(f"{arrived}over its {hours(e['elapsed_seconds'])} in the system up to the last "
+                 "round, per GPU type:")
     for t in e["types"]:
         lines.append(f"    {t['worker_type']:<8} share {t['share']:.2f}  asks {hours(t['target_seconds'])}"
-                     f"  received {hours(t['received_seconds'])}")
+                     f"  received {hours(t['received_seconds'])}{_speed(t)}")
     if not e["types"]:
         lines.append("    (no share and no time yet)")
     lines.append(f"  to run next round it needs: {e['needs']}")

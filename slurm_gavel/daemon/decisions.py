@@ -5,7 +5,7 @@ the round before, each job's priority and share per GPU type, its estimate phase
 one `Decision` per start and preemption, naming the job, the partition, the nodes
 and the reason -- e.g. ``job 12: started on v100 (partition v100, nodes v100-0;
 share 0.45, priority 2.1; moved from p100)`` and ``job 7: preempted on k80
-(partition k80, nodes k80-1) for job 12 (priority 2.1 vs 0.8)``.  The daemon logs
+(partition k80, nodes k80-1) for job 12 (job 12's priority 2.1, job 7's 0.8)``.  The daemon logs
 each line and records it as an event (kinds ``start`` and ``preempt``), which
 `slurm-gavel events` shows.  Job ids are Slurm's (digits); nothing here comes from
 users' text.
@@ -80,8 +80,9 @@ def decide(plan, previous: Sequence, partitions: Mapping[str, str],
         takers = list(dict.fromkeys(j for n in nodes for j in starts_on.get(n, ()) if j != job))
         mine = _priority(priority.get(job))
         if takers:
-            reason = "for " + ", ".join(f"job {t} (priority {_priority(priority.get(t))} vs {mine})"
-                                        for t in takers)
+            # whose priority is whose: the starting job's first, then this job's
+            reason = "for " + ", ".join(f"job {t} (job {t}'s priority {_priority(priority.get(t))}, "
+                                        f"job {job}'s {mine})" for t in takers)
         elif share.get(job) and not any(share[job].values()):
             reason = "the allocation gives it no GPU time now"
         else:

@@ -13,6 +13,7 @@ every row through `core.display.clean` before printing it.
 from __future__ import annotations
 
 import math
+import time as _time
 from datetime import datetime
 from typing import Sequence
 
@@ -133,6 +134,10 @@ def cluster_rows(store: SqliteStore) -> list[dict]:
     return out
 
 
+def _finite_or_none(v):
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
 def number(p) -> str:
     if p is None:
         return "-"
@@ -141,7 +146,29 @@ def number(p) -> str:
     return "inf" if math.isinf(p) else f"{p:.3g}"
 
 
-def explain(store: SqliteStore, job: str) -> dict:
+# Where a speed the policy was given comes from; explore/mean/default are guesses.
+SOURCES = {"measured": "measured", "learned": "learned", "hint": "hint", "reference": "reference",
+           "fingerprint": "fingerprint", "explore": "guess", "mean": "guess", "default": "guess"}
+
+
+def _finish(share: dict, speeds: dict, worker_type, remaining) -> tuple[float | None, bool]:
+    """Seconds to its last step at its shares' average speed (or, without shares, at the
+    speed of the type it runs on), and whether a speed in that is not measured."""
+    if remaining is None or not math.isfinite(remaining):
+        return None, False
+    used = {t: x for t, x in share.items() if x > 0 and t in speeds}
+    if not used and worker_type in speeds:
+        used = {worker_type: 1.0}
+    rate = sum(x * speeds[t][0] for t, x in used.items())
+    if not used or not rate > 0:
+        return None, False
+    return max(0.0, remaining) / rate, any(speeds[t][1] != "measured" for t in used)
+
+
+def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:
+    """One job as `slurm-gavel explain` shows it; `now` the wall clock (for "arrived ...
+    ago"), the time its share asks for runs to the daemon's last round."""
+    now = _time.time() if now is None else now
     found = [j for j in store.jobs(("active", "completed", "failed", "cancelled", "node_fail",
                                     "timeout", "preempted", "lost")) if j["id"] == job]
     if not found:
@@ -152,14 +179,20 @@ def explain(store: SqliteStore, job: str) -> dict:
     status = store.status_rows()
     mine = status.get(job, {})
     share = shares.get(job, {})
-    now = max([r["time"] for r in status.values() if r.get("time")] + [j["last_seen"] or 0])
-    elapsed = max(0.0, now - (j["first_seen"] or now))
+    last_round = max([r["time"] for r in status.values() if r.get("time")] + [j["last_seen"] or 0])
+    elapsed = max(0.0, last_round - (j["first_seen"] or last_round))
+    speeds = {e["worker_type"]: (e["steps_per_second"], SOURCES.get(e["kind"], "guess"))
+              for e in store.throughput_estimates(active_only=False)
+              if e["job"] == job and e["steps_per_second"] is not None}
     servers = store.servers()
     # gqueue's order of the types: the cluster's, then any the job has time on
     types = list(dict.fromkeys([s["worker_type"] for s in servers if s["worker_type"] in share]
                                + sorted(share) + sorted(times)))
+    types += [wt for wt in sorted(speeds) if wt not in types]
     per_type = [{"worker_type": wt, "share": share.get(wt, 0.0),
-                 "target_seconds": share.get(wt, 0.0) * elapsed, "received_seconds": times.get(wt, 0.0)}
+                 "target_seconds": share.get(wt, 0.0) * elapsed, "received_seconds": times.get(wt, 0.0),
+                 "steps_per_second": speeds[wt][0] if wt in speeds else None,
+                 "source": speeds[wt][1] if wt in speeds else None}
                 for wt in types]
     gpus = {}
     for s in servers:
@@ -172,6 +205,9 @@ def explain(store: SqliteStore, job: str) -> dict:
             if other != job and r.get("priority") is not None:
                 lowest[wt] = min(lowest.get(wt, math.inf), r["priority"])
     size = j["scale_factor"] or 1
+    done, total = _finite_or_none(j.get("steps_done")), _finite_or_none(j.get("steps"))
+    finish, guess = _finish(share, speeds, mine.get("worker_type"),
+                            total - done if total is not None and done is not None else None)
     state = mine.get("state") or ("R" if mine.get("worker_type") else "PD")
     if j["state"] != "active":
         needs = f"nothing: it left ({j['state']})"
@@ -199,7 +235,12 @@ def explain(store: SqliteStore, job: str) -> dict:
             "state": state if j["state"] == "active" else j["state"],
             "worker_type": mine.get("worker_type"), "priority": mine.get("priority"),
             "reason": mine.get("reason") or "", "arrived": j["first_seen"],
+            "ago_seconds": max(0.0, now - j["first_seen"]) if j["first_seen"] else None,
             "elapsed_seconds": elapsed, "types": per_type, "needs": needs,
+            "steps_done": done, "steps": total,
+            "finish_seconds": finish if j["state"] == "active" else None,
+            "finish_is_guess": guess if j["state"] == "active" else False,
+            "preemptions": len(store.events([job], kinds=("preempt",))),
             # the GPU types it may run on (types=, sbatch -p, what fits it); None: any
             "may_run_on": j["types"].split(",") if j.get("types") else None}
 
