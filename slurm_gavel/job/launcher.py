@@ -324,7 +324,10 @@ class _Supervisor:
         self._reap()
         code = outcome(self.child_status, self.preempted, self.ranks, self.requeue_code)
         if self.preempted and code == self.requeue_code:
-            who = f"its {len(self.ranks)} rank(s)" if self.ranks else "the command"
+            if exit_code(self.child_status) == self.requeue_code:
+                who = "the command"
+            else:
+                who = f"its {len(self.ranks)} rank(s)"
             _log(f"preempted: {who} checkpointed and exited {self.requeue_code}: "
                  f"exiting {self.requeue_code} (requeue held)")
         elif code:

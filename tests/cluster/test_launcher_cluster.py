@@ -98,7 +98,7 @@ def _submit(cluster, tmp: Path, launch: str, partition: str, marker: str, steps=
     script.write_text(SCRIPT.format(launch=launch, out=out, steps=steps))
     exports = (f"ALL,PYTHONPATH={ROOT},OMP_NUM_THREADS=1,TINY_SLEEP=0.05,"
                f"GAVEL_PROGRESS_INTERVAL=0.2,{MARKER}={marker}")
-    result = cluster.run(["sbatch", "--parsable", "-p", partition, "--gres=gpu:2",
+    result = cluster.run(["sbatch", "--parsable", "-p", partition, "--gres=gpu:2", "--ntasks=2",
                           f"--export={exports}", str(script)], cwd=tmp)
     return result.stdout.strip().split(";")[0]
 
@@ -188,3 +188,43 @@ def test_plain_exec_torchrun_leaves_its_ranks_orphaned_on_this_proctrack(clean, 
             except ProcessLookupError:
                 pass
     assert _wait("the orphans killed", lambda: not _marked(marker), timeout=30)
+
+
+# srun's tasks take their place from Slurm's variables (slurm_gavel.job.distributed)
+SRUN_TASK = ("import os, runpy, sys; from slurm_gavel.job.distributed import torch_env; "
+             "os.environ.update(torch_env(os.environ)); sys.argv = sys.argv[1:]; "
+             "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def test_srun_through_the_launcher_is_preempted_and_resumed_exactly(clean, tmp_path):
+    cluster = clean
+    reference = _reference(tmp_path)
+    marker = uuid.uuid4().hex
+    (tmp_path / "task.py").write_text(SRUN_TASK + "\n")
+    launch = (f"{sys.executable} -m slurm_gavel.job.launcher --grace 5 -- srun "
+              f"{sys.executable} {tmp_path / 'task.py'} {TINY}")
+    job = _submit(cluster, tmp_path, launch, "p100", marker)
+    cli = SlurmCLI(env=cluster.env)
+    batches = tmp_path / "out" / "batches-0.log"
+    log = tmp_path / f"job-{job}.out"
+    _wait("steps", lambda: _lines(batches) >= 8)
+    cli.signal([job], "USR2")
+    info = _wait("the held requeue", lambda: (i := _info(cluster, job))["JobState"] in
+                 ("SPECIAL_EXIT", "PENDING") and i)
+    assert info["Reason"] == "JobHeldUser" and info["ExitCode"] == "85:0", (info, log.read_text()[-3000:])
+    assert _wait("no process of the job left", lambda: not _marked(marker), timeout=30)
+    assert 8 <= _lines(batches) < STEPS
+    move_job(cluster.run, job, "v100")
+    time.sleep(RESTART_GUARD_SECONDS)
+    cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+    cli.release([job])
+    info = _wait("the end", lambda: (i := _info(cluster, job))["JobState"] in
+                 ("COMPLETED", "FAILED", "CANCELLED") and i, timeout=400)
+    assert info["JobState"] == "COMPLETED", log.read_text()[-3000:]
+    assert _wait("no process of the job left", lambda: not _marked(marker), timeout=30)
+    assert "slurm-gavel run: preempted: the command checkpointed and exited 85" in log.read_text()
+    for rank in range(2):
+        final = torch.load(tmp_path / "out" / f"final-{rank}.pt", weights_only=False)
+        assert final["step"] == STEPS and final["start"] > 0
+        for name, value in final["params"].items():
+            assert torch.equal(value, reference[rank]["params"][name]), (rank, name)
