@@ -276,22 +276,22 @@ class _Supervisor:
 
     def _orders(self, timeout: float) -> None:
         """Wait for a signal to forward, a child event or the outer process's end."""
+        watched = [self.wakeup] + ([self.orders] if self.orders is not None else [])
         try:
-            ready, _, _ = select.select([self.orders, self.wakeup], [], [], timeout)
+            ready, _, _ = select.select(watched, [], [], timeout)
         except InterruptedError:
             ready = []
         if self.wakeup in ready:
             _drain(self.wakeup)
-        if self.orders in ready:
+        if self.orders is not None and self.orders in ready:
             for byte in _drain(self.orders):
-                if byte == 0:
-                    if not self.parent_gone:
-                        _log("the launcher's outer process is gone: ending the command")
+                if byte == 0:            # end of file: the outer process is gone
+                    _log("the launcher's outer process is gone: ending the command")
                     self.parent_gone = True
                     os.close(self.orders)
-                    self.orders = self.wakeup        # never read again
-                elif not self.parent_gone:
-                    self._forward(byte)
+                    self.orders = None
+                    return
+                self._forward(byte)
 
     def _wait(self, seconds: float) -> None:
         self._orders(seconds)

@@ -65,7 +65,7 @@ def _lines(path: Path) -> int:
 class Run:
     """One launcher process running torchrun --nproc-per-node 2 tiny_train.py."""
 
-    def __init__(self, tmp: Path, out: Path, managed=True, **env):
+    def __init__(self, tmp: Path, out: Path, managed=True, command=None, **env):
         self.marker = uuid.uuid4().hex
         self.out = out
         out.mkdir(exist_ok=True)
@@ -76,9 +76,10 @@ class Run:
         if managed:
             environ["SLURM_JOB_ID"] = "4242"
         self.log = open(tmp / f"launcher-{self.marker}.err", "w")
+        command = command or [str(TORCHRUN), "--standalone", "--nproc-per-node", "2"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slurm_gavel.job.launcher", "--grace", "5", "--",
-             str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(TINY), str(out), str(STEPS)],
+             *command, str(TINY), str(out), str(STEPS)],
             env=environ, cwd=tmp, stdout=subprocess.DEVNULL, stderr=self.log)
         self.log_path = Path(self.log.name)
 
@@ -170,6 +171,25 @@ def test_sigkill_of_the_launcher_leaves_no_rank_alive(tmp_path):
     os.kill(run.proc.pid, signal.SIGKILL)
     run.wait()
     assert _wait("no process left", lambda: not _marked(run.marker), timeout=30)
+
+
+def test_a_single_python_process_that_checkpoints_gives_85(tmp_path):
+    run = Run(tmp_path, tmp_path / "out", command=[sys.executable])
+    _wait("steps", lambda: run.steps() >= 3)
+    os.kill(run.proc.pid, signal.SIGUSR2)
+    assert run.wait() == launcher.REQUEUE_EXIT_CODE, run.stderr()
+    assert "preempted: the command checkpointed and exited 85" in run.stderr()
+    assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
+
+
+def test_sigterm_is_forwarded_and_is_not_a_preemption(tmp_path):
+    run = Run(tmp_path, tmp_path / "out")
+    _wait("steps", lambda: run.steps() >= 3)
+    os.kill(run.proc.pid, signal.SIGTERM)
+    code = run.wait()
+    assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
+    assert "SIGTERM: sent to 3 process(es)" in run.stderr()
+    assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
 
 
 def test_the_outcome_rule():
