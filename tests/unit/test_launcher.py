@@ -173,6 +173,16 @@ def test_sigkill_of_the_launcher_leaves_no_rank_alive(tmp_path):
     assert _wait("no process left", lambda: not _marked(run.marker), timeout=30)
 
 
+def test_sigkill_of_the_supervisor_leaves_no_rank_alive(tmp_path):
+    run = Run(tmp_path, tmp_path / "out")
+    _wait("steps", lambda: run.steps() >= 3)
+    supervisor = launcher.descendants(run.proc.pid)[0]
+    os.kill(supervisor, signal.SIGKILL)
+    assert run.wait() == 128 + signal.SIGKILL        # the outer process ended the tree first
+    assert not _marked(run.marker)
+    assert "the supervisor ended (137)" in run.stderr()
+
+
 def test_a_single_python_process_that_checkpoints_gives_85(tmp_path):
     run = Run(tmp_path, tmp_path / "out", command=[sys.executable])
     _wait("steps", lambda: run.steps() >= 3)
