@@ -10,6 +10,7 @@ failure (not 85) with no survivors; SIGKILL of the launcher leaves no rank alive
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,7 +199,8 @@ def test_sigterm_is_forwarded_and_is_not_a_preemption(tmp_path):
     os.kill(run.proc.pid, signal.SIGTERM)
     code = run.wait()
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
-    assert "SIGTERM: sent to 3 process(es)" in run.stderr()
+    # torchrun (first in line) passes SIGTERM on as well: a rank may be gone before its turn
+    assert re.search(r"SIGTERM: sent to [123] process\(es\)", run.stderr()), run.stderr()
     assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
 
 
