@@ -100,15 +100,18 @@ def test_daemon_user():
     assert f["level"] == "error" and "root" in f["fix"]
 
 
-def test_right_cluster_has_no_finding(slurm_cluster, open_dir):
+def test_right_cluster_has_no_finding_but_proctrack(slurm_cluster, open_dir):
     config = write_config(open_dir, slurm_cluster)
     (open_dir / "progress").chmod(0o1777)
     SqliteStore(open_dir / "gavel.db").close()          # as the daemon makes it
     done = doctor(config)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip() == "no finding: the configuration is what slurm-gavel needs", done.stdout
+    # The one finding: the local cluster tracks processes with proctrack/linuxproc (its
+    # slurmds share one host), which cannot end ranks orphaned by a bare torchrun.
     data = json.loads(doctor(config, "--json").stdout)
-    assert data == {"findings": [], "errors": 0}
+    assert [(f["level"], f["check"]) for f in data["findings"]] == [("warning", "proctrack")], data
+    assert data["errors"] == 0
+    assert "ProctrackType=proctrack/linuxproc" in done.stdout and "slurm-gavel run" in done.stdout
 
 
 WRONG_TYPES = {"v100": (1, 1), "k80": (1, 1)}

@@ -52,7 +52,8 @@ ROOMS = {
     "slurm": {"core", "policies", "estimator", "job"},
     "daemon": {"core", "policies", "estimator", "slurm"},
     "devcluster": {"core", "slurm"},
-    "cli": {"core", "policies", "estimator", "sim", "slurm", "daemon", "devcluster"},
+    # cli -> job: `slurm-gavel run` is the job-side launcher
+    "cli": {"core", "policies", "estimator", "sim", "slurm", "daemon", "devcluster", "job"},
     # the package's own top-level modules: `python -m slurm_gavel` (cli) and the two
     # documented aliases of job-side entry points
     "": {"cli", "job"},

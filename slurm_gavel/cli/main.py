@@ -2,7 +2,7 @@
 
     slurm-gavel policies | solve | simulate | sweep | replay        (`policy`, `simulate`, `replay`)
     slurm-gavel daemon | queue | events | explain | doctor | backup | billing | release-all
-    slurm-gavel throughputs | submit | check-job | cluster up|down|status
+    slurm-gavel throughputs | submit | check-job | run | cluster up|down|status
 
 `main` runs the handler the subcommand set and turns what it raises into an exit code
 (`common.exit_code`): 0 success, 1 the work failed (no optimal allocation, Slurm or the
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # the order of `slurm-gavel --help`
     from . import (backup, billing, checkjob, cluster, doctor, events, explain, policy, replay,
-                   simulate, submit, throughputs, undo)
+                   run, simulate, submit, throughputs, undo)
     policy.register(commands)
     simulate.register(commands)
     daemon = commands.add_parser(
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.register(commands)
     submit.register(commands)
     checkjob.register(commands)
+    run.register(commands)
     throughputs.register(commands)
     undo.register(commands)
     events.register(commands)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..core.errors import GavelError
+from ..slurm.proctrack import check_proctrack
 from ..slurm.commands import SlurmCLI
 from ..slurm.doctor import (LEVELS, check_munge, check_nodes, check_pair_gpus, check_plugin_file,
                             check_shard_sockets, check_sharing_select, check_slurm_conf, check_user,
@@ -153,6 +154,9 @@ def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
         out += check_pair_gpus(conf, sharing, wanted)
         out += check_plugin_file(conf, shipped_file("job_submit.lua"))
         out += check_user(conf)
+        orphans = check_proctrack(conf)
+        if orphans is not None:
+            out.append(orphans)
     else:
         out += check_munge({}, cli)
     raw_nodes: list = []

@@ -330,6 +330,10 @@ class _Supervisor:
                 who = f"its {len(self.ranks)} rank(s)"
             _log(f"preempted: {who} checkpointed and exited {self.requeue_code}: "
                  f"exiting {self.requeue_code} (requeue held)")
+        elif code == self.requeue_code:
+            # it checkpointed on its own (e.g. a signal sent to it directly, not through us)
+            _log(f"{_printable(os.path.basename(self.command[0]))} exited {code}: exiting "
+                 f"{code} (requeue held)")
         elif code:
             _log(f"{_printable(os.path.basename(self.command[0]))} failed: exiting {code}")
         return code

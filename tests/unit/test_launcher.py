@@ -227,3 +227,17 @@ def test_the_parser_keeps_the_command_as_given_and_messages_are_printable(tmp_pa
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert result.returncode == 127
     assert "\x1b" not in result.stderr and "slurm-gavel run: cannot start" in result.stderr
+
+
+def test_the_slurm_gavel_run_command(tmp_path):
+    """`slurm-gavel run` is the launcher: its exit code passes through unchanged."""
+    import subprocess
+    import sys
+    run = lambda *cmd: subprocess.run([sys.executable, "-m", "slurm_gavel", "run", "--", *cmd],
+                                      capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = run("sh", "-c", "exit 85")
+    assert done.returncode == 85 and "exiting 85 (requeue held)" in done.stderr
+    assert "failed" not in done.stderr
+    done = run("sh", "-c", "exit 3")
+    assert done.returncode == 3 and "sh failed: exiting 3" in done.stderr
+    assert run("true").returncode == 0

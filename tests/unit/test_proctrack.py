@@ -25,7 +25,7 @@ def test_cgroup_tracking_or_nothing_said_is_no_finding(conf):
 def test_the_local_test_clusters_slurm_conf_is_flagged(tmp_path):
     # the devcluster runs proctrack/linuxproc (no cgroups in a test cluster): the cluster
     # tests measure the orphans this warns about
-    from slurm_gavel.slurm.devcluster import DEFAULT_TYPES, render_slurm_conf
+    from slurm_gavel.devcluster import DEFAULT_TYPES, render_slurm_conf
     text = render_slurm_conf(str(tmp_path), DEFAULT_TYPES, 20001, 20002)
     conf = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     assert check_proctrack(conf)["finding"].startswith("ProctrackType=proctrack/linuxproc")
