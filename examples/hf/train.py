@@ -5,7 +5,7 @@ trains on random token sequences made from a seed: dropout on, shuffled batches,
 a linear LR schedule with warmup. The lines marked "gavel" are all that a Trainer
 script adds. Run it under Slurm with train.sbatch, or anywhere:
 
-    python examples/hf/train.py --output-dir out --steps 40
+    python examples/hf/train.py --steps 40
 """
 from slurm_gavel.job.iterator import catch_signal_early          # gavel
 catch_signal_early()                                             # gavel: first thing
@@ -17,7 +17,7 @@ import torch
 from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
                           TrainingArguments)
 
-from slurm_gavel.job.hf import GavelCallback, resume_checkpoint  # gavel
+from slurm_gavel.job.hf import GavelCallback, checkpoint_dir, resume_checkpoint  # gavel
 
 
 class RandomTokens(torch.utils.data.Dataset):
@@ -47,7 +47,9 @@ class Slow(TrainerCallback):
 
 def main(argv=None, extra_callbacks=()):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("--output-dir", default=checkpoint_dir("out"),
+                   help="checkpoints go here (default: the job's gavel checkpoint directory under "
+                        "Slurm, else ./out)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--samples", type=int, default=96)
