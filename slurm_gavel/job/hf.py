@@ -52,6 +52,11 @@ save before the optimizer step and let the script go on to exit 0). With the
 default USR2 the JIT handler and this callback do not meet: Slurm's TERM at a
 time limit or ``scancel`` still goes to the JIT handler.
 
+A Trainer script started by ``accelerate launch`` (several
+ranks) runs under ``python -m slurm_gavel.job.accelerate launch ...`` (see
+`slurm_gavel.job.accelerate`): the wrapper passes the signal on to every rank
+and exits 85 for them.
+
 Without Slurm the callback does nothing except refuse those settings.
 Transformers is imported only when `GavelCallback` is first used.
 """
@@ -70,6 +75,7 @@ from pathlib import Path
 
 from . import iterator as _iterator
 from . import progress as _progress
+from .accelerate import REQUEUE_FILE_ENV
 from .iterator import (CHECKPOINT_DIR_ENV, DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
                        REQUEUE_EXIT_CODE, catch_signal_early, signal_number)
 
@@ -139,7 +145,7 @@ def resume_checkpoint(output_dir) -> str | None:
     found = complete_checkpoints(output_dir)
     if not found:
         return None
-    if len(found) and os.environ.get("SLURM_JOB_ID"):
+    if os.environ.get("SLURM_JOB_ID"):
         _log(f"resuming from {found[-1][1]} (step {found[-1][0]})")
     return str(found[-1][1])
 
@@ -317,6 +323,9 @@ class _GavelCallbackMixin:
             name = _signal.Signals(self.signum).name
             _log(f"{name}: checkpoint of step {state.global_step} saved to {path} in "
                  f"{save_seconds:.2f} s; exiting {self.requeue_exit_code} (requeue held)")
+        marker = os.environ.get(REQUEUE_FILE_ENV)     # set by the accelerate launch wrapper
+        if marker:
+            Path(marker).write_text(f"{state.global_step}\n")
         sys.stdout.flush()
         sys.stderr.flush()
         # The handler stays: a second signal while exiting must not kill the process.
@@ -345,7 +354,13 @@ def __getattr__(name):
         from transformers import TrainerCallback
 
         class GavelCallback(_GavelCallbackMixin, TrainerCallback):
-            __doc__ = __doc__
+            """Checkpoint through the Trainer and exit 85 on slurm-gavel's preemption signal.
+
+            Arguments: ``signal_name`` (USR2), ``requeue_exit_code`` (85),
+            ``keep_checkpoint`` (keep the preemption checkpoints when training
+            ends), ``progress`` (write progress records), ``progress_interval``
+            (seconds; default ``$GAVEL_PROGRESS_INTERVAL`` or 30). See the module
+            docstring."""
             __module__ = __name__
         _classes[name] = GavelCallback
     return _classes[name]
