@@ -73,7 +73,7 @@ def main(argv=None, extra_callbacks=()):
     callbacks += ([Slow(args.slow)] if args.slow else []) + list(extra_callbacks)
     trainer = Trainer(model=model, args=training, train_dataset=data, callbacks=callbacks)
     trainer.train(resume_from_checkpoint=resume_checkpoint(args.output_dir))   # gavel
-    if args.save_final:
+    if args.save_final and trainer.is_world_process_zero():
         torch.save({"params": {k: v.detach().clone() for k, v in model.state_dict().items()},
                     "log": [{k: e[k] for k in ("step", "loss", "grad_norm", "learning_rate") if k in e}
                             for e in trainer.state.log_history if "loss" in e]},

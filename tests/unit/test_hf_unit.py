@@ -157,3 +157,46 @@ def test_trainer_preempted_three_times_resumes_bitwise(tmp_path):
     assert final["params"].keys() == ref_state["params"].keys()
     for name, value in final["params"].items():
         assert torch.equal(value, ref_state["params"][name]), name
+
+
+def launch_two_ranks(tmp_path, env, port, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "slurm_gavel.job.accelerate", "launch", "--multi_gpu",
+                             "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                             "--dynamo_backend", "no", "--main_process_port", str(port),
+                             str(EXAMPLE / "train.py"), "--steps", "12", *args],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def test_two_trainer_ranks_under_the_launch_wrapper_stop_together_and_resume_bitwise(tmp_path):
+    port = 29000 + (os.getpid() + 300) % 900
+    ref = launch_two_ranks(tmp_path, job_env(tmp_path), port + 50, "--output-dir",
+                           str(tmp_path / "ref-out"), "--save-final", str(tmp_path / "ref.pt"))
+    env = job_env(tmp_path, SLURM_JOB_ID="4343")
+    out_dir = str(tmp_path / "out")
+    progress = tmp_path / ".gavel" / "4343.jsonl"
+    proc = launch_two_ranks(tmp_path, env, port, "--output-dir", out_dir, "--slow", "0.3")
+    deadline = time.monotonic() + 300
+    while not any(r["event"] == "progress" and r["step"] >= 3 for r in read_progress(progress)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-4000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR2)
+    out1, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 85, out1[-4000:]
+    [checkpoint] = [r for r in read_progress(progress) if r["event"] == "checkpoint"]
+    assert 3 <= checkpoint["step"] < 12 and checkpoint["world_size"] == 2
+    saved = Path(out_dir) / f"checkpoint-{checkpoint['step']}"
+    assert (saved / "rng_state_0.pth").exists() and (saved / "rng_state_1.pth").exists()
+
+    proc = launch_two_ranks(tmp_path, env, port + 1, "--output-dir", out_dir, "--save-final",
+                            str(tmp_path / "final.pt"))
+    out2, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out2[-4000:]
+    ref_out, _ = ref.communicate(timeout=300)
+    assert ref.returncode == 0, ref_out[-4000:]
+    final = torch.load(tmp_path / "final.pt", weights_only=False)
+    reference = torch.load(tmp_path / "ref.pt", weights_only=False)
+    assert [e["step"] for e in final["log"]] == list(range(1, 13))
+    assert final["log"] == reference["log"]
+    for name, value in final["params"].items():
+        assert torch.equal(value, reference["params"][name]), name
