@@ -117,7 +117,7 @@ def _fsync_tree(path: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    _fsync_dir(path)
+        _fsync_dir(Path(root))
 
 
 def _fsync_dir(path: Path) -> None:

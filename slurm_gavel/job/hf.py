@@ -73,9 +73,8 @@ import threading
 import time
 from pathlib import Path
 
-from . import iterator as _iterator
 from . import progress as _progress
-from .accelerate import REQUEUE_FILE_ENV
+from .accelerate import REQUEUE_FILE_ENV, _early_signal, _fsync_tree
 from .iterator import (CHECKPOINT_DIR_ENV, DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
                        REQUEUE_EXIT_CODE, catch_signal_early, signal_number)
 
@@ -148,35 +147,6 @@ def resume_checkpoint(output_dir) -> str | None:
     if os.environ.get("SLURM_JOB_ID"):
         _log(f"resuming from {found[-1][1]} (step {found[-1][0]})")
     return str(found[-1][1])
-
-
-def _fsync_tree(path: Path) -> None:
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            fd = os.open(Path(root) / name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        try:
-            fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:        # some filesystems refuse fsync on directories
-            pass
-        finally:
-            os.close(fd)
-
-
-def _early_signal(signum: int) -> bool:
-    """Whether `catch_signal_early` caught `signum` before the callback existed (and forget it)."""
-    early = getattr(_iterator, "_early", None)
-    if isinstance(early, dict) and early.get("signum") == signum and early.get("received"):
-        early["received"] = False
-        return True
-    return False
 
 
 class _Collective:
