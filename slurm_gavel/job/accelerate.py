@@ -143,7 +143,7 @@ class GavelAccelerateIterator:
 
     def __init__(self, accelerator, data_loader, total_steps: int, checkpoint_dir=None,
                  signal_name="USR2", requeue_exit_code: int = REQUEUE_EXIT_CODE,
-                 keep_checkpoints: bool = False, progress: bool = True,
+                 keep_checkpoints: bool | None = None, progress: bool = True,
                  progress_interval: float | None = None):
         if int(total_steps) != total_steps or total_steps < 0:
             raise ValueError(f"total_steps must be a whole number >= 0, got {total_steps!r}")
@@ -152,6 +152,9 @@ class GavelAccelerateIterator:
         self.accelerator, self.data_loader = accelerator, data_loader
         self.total_steps = int(total_steps)
         self.requeue_exit_code = int(requeue_exit_code)
+        if keep_checkpoints is None:      # the job's environment decides: GAVEL_KEEP_CHECKPOINTS=1
+            keep_checkpoints = os.environ.get("GAVEL_KEEP_CHECKPOINTS", "").strip().lower() in (
+                "1", "true", "yes")
         self.keep_checkpoints = bool(keep_checkpoints)
         env = os.environ
         self.job_id = env.get("SLURM_JOB_ID") or None

@@ -179,9 +179,12 @@ class _GavelCallbackMixin:
     """The callback's behaviour; `GavelCallback` adds transformers' TrainerCallback as a base."""
 
     def __init__(self, signal_name="USR2", requeue_exit_code: int = REQUEUE_EXIT_CODE,
-                 keep_checkpoint: bool = False, progress: bool = True,
+                 keep_checkpoint: bool | None = None, progress: bool = True,
                  progress_interval: float | None = None):
         self.requeue_exit_code = int(requeue_exit_code)
+        if keep_checkpoint is None:       # the job's environment decides: GAVEL_KEEP_CHECKPOINTS=1
+            keep_checkpoint = os.environ.get("GAVEL_KEEP_CHECKPOINTS", "").strip().lower() in (
+                "1", "true", "yes")
         self.keep_checkpoint = bool(keep_checkpoint)
         self.job_id = os.environ.get("SLURM_JOB_ID") or None
         self.managed = self.job_id is not None

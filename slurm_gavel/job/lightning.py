@@ -220,7 +220,7 @@ class GavelCallback:
         return object.__new__(klass)
 
     def __init__(self, checkpoint_dir=None, signal_name="USR2",
-                 requeue_exit_code: int = REQUEUE_EXIT_CODE, keep_checkpoint: bool = False,
+                 requeue_exit_code: int = REQUEUE_EXIT_CODE, keep_checkpoint: bool | None = None,
                  progress: bool = True, progress_interval: float | None = None,
                  framework: str | None = None):
         env = os.environ
@@ -234,6 +234,9 @@ class GavelCallback:
                 checkpoint_dir = Path(submit) / _progress.SUBDIR / f"{self.job_id}.ckpt"
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.requeue_exit_code = int(requeue_exit_code)
+        if keep_checkpoint is None:       # the job's environment decides: GAVEL_KEEP_CHECKPOINTS=1
+            keep_checkpoint = os.environ.get("GAVEL_KEEP_CHECKPOINTS", "").strip().lower() in (
+                "1", "true", "yes")
         self.keep_checkpoint = bool(keep_checkpoint)
         self.progress = bool(progress)
         if progress_interval is None:
