@@ -208,7 +208,7 @@ def test_other_users_per_task_jobs_are_read_as_holding_the_gpus_and_shards_slurm
     from slurm_gavel.core.clock import WallClock
     from slurm_gavel.slurm.backend import SlurmBackend
     from slurm_gavel.slurm.commands import SlurmCLI
-    from slurm_gavel.slurm.pair_room import first_fit
+    from slurm_gavel.slurm.backend.pairs.room import first_fit
     from slurm_gavel.slurm.records import parse_jobs
     shards = sbatch(c, "-n2", f"--tres-per-task=gres/shard:{SHARDS // 2}")
     gpus = sbatch(c, "-n2", "--gpus-per-task=1")

@@ -23,7 +23,7 @@ from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.doctor import check_shard_sockets
 from slurm_gavel.slurm.records import SlurmNode, parse_nodes, shard_sockets
-from slurm_gavel.slurm.sharing import SpaceSharing
+from slurm_gavel.slurm.backend.pairs.sharing import PairLimit as SpaceSharing
 from tests.conftest import SHARDS_PER_GPU, require_slurm, running_cluster, shard_job_submit_lua
 from tests.test_daemon import queue, submit
 from tests.test_space_sharing import _gpu_of
