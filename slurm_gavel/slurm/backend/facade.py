@@ -27,7 +27,7 @@ import logging
 import math
 from typing import Callable, Mapping
 
-from ...core.backend import JobState, Observation
+from ...core.backend import Departure, JobState, Observation
 from ...core.errors import InputError
 from ...core.mechanism import Assignment, RoundPlan, Server
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
@@ -37,13 +37,14 @@ from ..gputypes import TypeMap, discover
 from ..records import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from ..userfiles import UserFiles
 from . import snapshot as snapshots
-from .credit import Crediting
-from .holds import LOST_SETTLE_SECONDS, START_TIMEOUT_SECONDS, Holding, Stuck
+from .credit import Crediting, Run
+from .holds import LOST_SETTLE_SECONDS, START_TIMEOUT_SECONDS, Holding, RefusedShape, Stuck
 from .pairs.multi import Requests
 from .pairs.placing import Pairing
+from .pairs.room import NodeRoom
 from .pairs.sharing import OnceLog, PairLimit, _id_order, joins, pair_problem, usage_rows
 from .starts import RESTART_GUARD_SECONDS, Starting
-from .stops import Stopping
+from .stops import Preempted, Stopping
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -80,9 +81,9 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit):
         self._partition_of: dict[str, str] = {}
 
         # credit.py: what ran, credited; departures
-        self._running: dict[str, object] = {}           # job -> its credit.Run
+        self._running: dict[str, Run] = {}
         self._usage: dict[tuple, float] = {}    # (job, type, nodes, partner or None) -> seconds since observe
-        self._departures: list = []
+        self._departures: list[Departure] = []
         self._last_poll: float | None = None
         self._credited_until = credited_until    # a restarted daemon: credited up to here by the last run
         # Jobs a previous run recorded as active: reconciled with Slurm on the first poll.
@@ -94,7 +95,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit):
         self._user_files = UserFiles()                 # users' files: safe, bounded reads
 
         # stops.py: preemptions
-        self._preempted: dict[str, object] = {}        # job -> its stops.Preempted
+        self._preempted: dict[str, Preempted] = {}
         self._signal_later: dict[str, float] = {}      # preempted job -> when it is signalled
 
         # starts.py
@@ -111,7 +112,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit):
         self._shown: dict[str, str] = {}               # job -> the hold status last written
         self._refused: dict[str, dict[str, str]] = {}   # job -> {worker type: Slurm's refusal}
         # job -> {(worker type, nodes): refusal}: shapes Slurm refused, avoided for a backoff
-        self._bad_shapes: dict[str, dict] = {}
+        self._bad_shapes: dict[str, dict[tuple[str, tuple[str, ...]], RefusedShape]] = {}
         self._notes: dict[str, str] = {}               # job -> why it is planned elsewhere (gqueue)
         # job -> (nodes, since): stopped running because its node failed; its old copy may
         # still run there (a dead slurmd leaves its slurmstepds running)
@@ -125,7 +126,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit):
         # pairs/: space sharing (docs/space-sharing.md): job -> its row, for pairs started
         # together on one GPU (half its shards each), until one of them stops
         self._pairs: dict[str, Assignment] = {}
-        self._room: dict = {}                          # shard node -> pairs.room.NodeRoom
+        self._room: dict[str, NodeRoom] = {}           # shard node -> free shards per GPU (pairs/room.py)
         # survivor of a pair (alone on half a GPU) -> the new pair row whose other job takes
         # the free half: the survivor keeps running (pairs.sharing.joins)
         self._joining: dict[str, Assignment] = {}
