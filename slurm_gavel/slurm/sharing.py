@@ -1,3 +1,2 @@
 """Moved to slurm_gavel.slurm.backend.pairs (sharing.py): this name is kept for old importers."""
 from .backend.pairs.sharing import PairLimit as SpaceSharing  # noqa: F401
-from .backend.pairs.sharing import _id_order, _indices  # noqa: F401

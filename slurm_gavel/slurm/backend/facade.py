@@ -37,12 +37,13 @@ from ..gputypes import TypeMap, discover
 from ..records import SlurmJob, SlurmNode, parse_jobs, parse_nodes
 from ..userfiles import UserFiles
 from . import snapshot as snapshots
+from .snapshot import id_order
 from .credit import Crediting, Run
 from .holds import LOST_SETTLE_SECONDS, START_TIMEOUT_SECONDS, Holding, RefusedShape, Stuck
 from .pairs.multi import Requests
 from .pairs.placing import Pairing
 from .pairs.room import NodeRoom
-from .pairs.sharing import OnceLog, PairLimit, _id_order, joins, pair_problem, usage_rows
+from .pairs.sharing import OnceLog, PairLimit, joins, pair_problem, usage_rows
 from .starts import RESTART_GUARD_SECONDS, Starting
 from .stops import Preempted, Stopping
 
@@ -226,7 +227,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit):
         """Each gavel job as the engine sees it (with where it may run, or why not now), and
         the GPUs each holds; bad flags and hold reasons are kept (`bad_flags`, `job_status`)."""
         states, bad, holds, sizes = [], {}, {}, {}
-        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, _id_order(kv[0]))):
+        for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, id_order(kv[0]))):
             if j.partition and self._run_type(j.partition, j.nodes) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
             try:

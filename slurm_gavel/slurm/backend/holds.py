@@ -33,8 +33,7 @@ from ...core.mechanism import Assignment, Placement
 from ..feasibility import judge
 from ..flags import admin_flags, admin_status, with_status
 from ..records import SlurmJob
-from .snapshot import Snapshot
-from .pairs.sharing import _id_order
+from .snapshot import Snapshot, id_order
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -155,7 +154,7 @@ def status_groups(snap: Snapshot, reasons: Mapping[str, str], ours: Iterable[str
     not said again once said)."""
     ours = set(ours)
     groups: dict[str, list[str]] = {}
-    for job, j in sorted(snap.gavel.items(), key=lambda kv: _id_order(kv[0])):
+    for job, j in sorted(snap.gavel.items(), key=lambda kv: id_order(kv[0])):
         if j.primary_state != "PENDING" or "JobHeld" not in j.reason or job in ours:
             continue
         why = reasons.get(job) or "waiting for the next round"

@@ -76,6 +76,12 @@ def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap) 
                     MappingProxyType(types.node_types(nodes)))
 
 
+def id_order(job_id: str) -> tuple[int, int]:
+    """35 -> (35, -1), array task 35_2 -> (35, 2): submission order, then task order."""
+    head, _, task = job_id.partition("_")
+    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1)
+
+
 def discover_partitions(nodes: Iterable[SlurmNode]) -> dict[str, str]:
     """partition -> GPU type, for partitions whose nodes all hold GPUs of one type."""
     types: dict[str, set] = {}

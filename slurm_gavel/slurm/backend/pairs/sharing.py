@@ -20,16 +20,10 @@ from ....core.backend import Usage
 from ....core.errors import GavelError
 from ....core.mechanism import Assignment, RoundPlan
 from ...records import SlurmJob, SlurmNode, index_list, socket_bound
-from ..snapshot import Snapshot
+from ..snapshot import Snapshot, id_order
 from .multi import Request, Requests, allowed_pair_gpus, pair_fields, restore_fields, version_text
 
 log = logging.getLogger("slurm_gavel.slurm")
-
-
-def _id_order(job_id: str) -> tuple[int, int]:
-    """35 -> (35, -1), array task 35_2 -> (35, 2): submission order, then task order."""
-    head, _, task = job_id.partition("_")
-    return (int(head) if head.isdigit() else 0, int(task) if task.isdigit() else -1)
 
 
 class PairLimit:
@@ -248,7 +242,7 @@ def adopted_pairs(snap: Snapshot, running: Mapping[str, object],
     out: dict[str, Assignment] = {}
     for (node, gpus), jobs in sorted(found.items()):
         if len(jobs) == 2:
-            a = Assignment(tuple(sorted(jobs, key=_id_order)), running[jobs[0]].worker_type,
+            a = Assignment(tuple(sorted(jobs, key=id_order)), running[jobs[0]].worker_type,
                            ((node, len(gpus)),))
             for m in jobs:
                 out[m] = a
@@ -331,7 +325,7 @@ def usage_rows(snap: Snapshot, usage: Mapping[tuple, float],
             theirs = left.pop((other, wt, nodes, job), 0.0)
             # (its row gone: as many GPUs as the job holds, two of a two-GPU pair's half)
             pair = pairs.get(job) or Assignment(
-                tuple(sorted((job, other), key=_id_order)), wt,
+                tuple(sorted((job, other), key=id_order)), wt,
                 tuple((n, max(1, c)) for n, c in alone(snap, job, wt, nodes).servers))
             together = min(seconds, theirs)
             if together > 0:
