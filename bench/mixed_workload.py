@@ -62,7 +62,7 @@ from slurm_gavel.daemon import config as config_mod  # noqa: E402
 from slurm_gavel.daemon.daemon import Daemon  # noqa: E402
 from slurm_gavel.daemon.store import SqliteStore  # noqa: E402
 from slurm_gavel.devcluster import DEFAULT_TYPES, slurm_version  # noqa: E402
-from slurm_gavel.slurm.multi_pairs import FIRST_VERSION, REQUIRED_FLAGS, version_text  # noqa: E402
+from slurm_gavel.slurm.backend.pairs.multi import FIRST_VERSION, REQUIRED_FLAGS, version_text  # noqa: E402
 
 from _cluster import local_cluster, no_cluster  # noqa: E402
 

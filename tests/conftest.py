@@ -57,7 +57,7 @@ def require_slurm_version(at_least: tuple, why: str):
     marked `slurm24` again on Slurm 24.11 (tools/slurm-chroot.sh), where this must not skip,
     so there (GAVEL_NEWER_SLURM set) an older Slurm is a failure."""
     from slurm_gavel.devcluster import slurm_version
-    from slurm_gavel.slurm.multi_pairs import version_text
+    from slurm_gavel.slurm.backend.pairs.multi import version_text
     version = slurm_version()
     if version[:len(at_least)] < tuple(at_least):
         text = version_text(version)

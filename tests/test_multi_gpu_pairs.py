@@ -18,7 +18,7 @@ from slurm_gavel.core.clock import WallClock
 from slurm_gavel.core.mechanism import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
-from slurm_gavel.slurm.multi_pairs import StoredRequests
+from slurm_gavel.slurm.backend.pairs.multi import StoredRequests
 from slurm_gavel.daemon.store import SqliteStore
 from tests.conftest import (SHARDS_PER_GPU, require_slurm, require_slurm_version, running_cluster,
                             shard_job_submit_lua)

@@ -15,14 +15,14 @@ import pytest
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.errors import InputError
 from slurm_gavel.core.mechanism import Assignment, RoundPlan
-from slurm_gavel.slurm import backend as backend_mod
+from slurm_gavel.slurm.backend.pairs import placing as backend_mod
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.daemon.config import from_dict
 from slurm_gavel.slurm.doctor import check_pair_gpus, check_sharing_select
-from slurm_gavel.slurm.multi_pairs import (Request, Requests, StoredRequests, allowed_pair_gpus,
-                                           pair_fields, restore_fields)
-from slurm_gavel.slurm.pair_room import NodeRoom, first_fit, pair_gpu, pair_gpus
+from slurm_gavel.slurm.backend.pairs.multi import (Request, Requests, StoredRequests, allowed_pair_gpus,
+                                                   pair_fields, restore_fields)
+from slurm_gavel.slurm.backend.pairs.room import NodeRoom, first_fit, pair_gpu, pair_gpus
 from slurm_gavel.daemon.store import SqliteStore
 
 from test_start_backoff import ReplayCLI
@@ -364,7 +364,7 @@ def test_a_two_gpu_survivors_partner_waits_while_first_fit_would_give_it_other_g
 
 
 def test_first_fit_of_a_survivors_partner_takes_the_first_gpus_with_room_it_does_not_use_yet():
-    from slurm_gavel.slurm.pair_room import first_fit_gpus
+    from slurm_gavel.slurm.backend.pairs.room import first_fit_gpus
     assert first_fit_gpus(NodeRoom([2, 2, 4, 4]), 2, 2) == ((0, 1), "")     # beside a survivor on 0,1
     assert first_fit_gpus(NodeRoom([4, 2, 4, 2]), 2, 2) == ((0, 1), "")     # survivor on 1,3: not its GPUs
     assert first_fit_gpus(NodeRoom([0, 2, 0, 2]), 2, 2) == ((1, 3), "")

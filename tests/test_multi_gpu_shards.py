@@ -204,11 +204,11 @@ def test_other_users_per_task_jobs_are_read_as_holding_the_gpus_and_shards_slurm
     """A `-n2 --tres-per-task=gres/shard:2` job asks nothing per node; what it holds is in
     its `gres_detail` (GPUs 0 and 1, half of each), what it asks (pending) in `tres_per_task`
     times `tasks`.  The backend counts its two GPUs as taken, and the free shards per GPU
-    that pair_room reads predict where Slurm's first fit puts the next shard job."""
+    that the pair room reads (slurm.backend.pairs.room) predict where Slurm's first fit puts the next shard job."""
     from slurm_gavel.core.clock import WallClock
     from slurm_gavel.slurm.backend import SlurmBackend
     from slurm_gavel.slurm.commands import SlurmCLI
-    from slurm_gavel.slurm.pair_room import first_fit
+    from slurm_gavel.slurm.backend.pairs.room import first_fit
     from slurm_gavel.slurm.records import parse_jobs
     shards = sbatch(c, "-n2", f"--tres-per-task=gres/shard:{SHARDS // 2}")
     gpus = sbatch(c, "-n2", "--gpus-per-task=1")

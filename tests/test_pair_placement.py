@@ -199,7 +199,7 @@ def _job(job_id, state, shards, detail, gres=None):
 
 
 def test_first_fit_gives_a_pair_one_gpu_only_where_the_first_gpu_with_room_for_a_half_has_room_for_both():
-    from slurm_gavel.slurm.pair_room import gpu_room, pair_gpu
+    from slurm_gavel.slurm.backend.pairs.room import gpu_room, pair_gpu
     per = lambda n: 4                                           # noqa: E731
     leaving = {"3"}
     room = lambda jobs: gpu_room(jobs, {"n": 3}, per, lambda j: j.job_id in leaving)["n"]  # noqa: E731

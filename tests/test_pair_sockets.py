@@ -6,7 +6,7 @@ Slurm picks a job's cores first, then its GPU among those on the sockets of its 
 then, without --gres-flags=enforce-binding, the other sockets).  Measured on 22.05.8 and
 24.11.5 on a 2-socket DevCluster (GPUs 0,1 on cores 0-3, GPUs 2,3 on cores 4-7): a one-core
 job takes its core on the socket with more free cores, so the two halves of a pair released
-together on an empty node ran on GPUs 0 and 2.  The first-fit model of pair_room.py cannot
+together on an empty node ran on GPUs 0 and 2.  The first-fit model of slurm.backend.pairs.room cannot
 see that (Slurm lists the node's shards as `shard:v100:16(S:0-1)`, not which GPU is on which
 socket), so the backend starts no pair on such a node and says why.
 """
@@ -23,7 +23,7 @@ from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.doctor import check_shard_sockets
 from slurm_gavel.slurm.records import SlurmNode, parse_nodes, shard_sockets
-from slurm_gavel.slurm.sharing import SpaceSharing
+from slurm_gavel.slurm.backend.pairs.sharing import PairLimit as SpaceSharing
 from tests.conftest import SHARDS_PER_GPU, require_slurm, running_cluster, shard_job_submit_lua
 from tests.test_daemon import queue, submit
 from tests.test_space_sharing import _gpu_of

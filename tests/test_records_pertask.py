@@ -20,7 +20,7 @@ import pytest
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.slurm.backend import SlurmBackend
-from slurm_gavel.slurm.pair_room import first_fit, gpu_room
+from slurm_gavel.slurm.backend.pairs.room import first_fit, gpu_room
 from slurm_gavel.slurm.records import parse_jobs, parse_nodes
 
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).

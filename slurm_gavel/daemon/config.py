@@ -40,7 +40,7 @@ class Config:
     space_sharing: bool = False
     # the largest jobs paired (GPUs each): 1, or up to this on Slurm 23.11+ whose
     # SelectTypeParameters has MULTIPLE_SHARING_GRES_PJ,ONE_TASK_PER_SHARING_GRES
-    # (slurm/multi_pairs.py, docs/space-sharing.md "Multi-GPU pairs"); else 1, said at start
+    # (slurm/backend/pairs/multi.py, docs/space-sharing.md "Multi-GPU pairs"); else 1, said at start
     max_pair_gpus: int = 1
     round_seconds: float = 360.0
     # the mechanism's churn (core/mechanism.py Churn): a running job competes for its GPUs as

@@ -53,7 +53,7 @@ from ..slurm.fairshare import FairshareWeights
 from ..slurm.records import requeue_exit_codes
 from .lock import DatabaseLock, LockError, LockUnavailable
 from .logs import log_to, log_to_stderr
-from ..slurm.multi_pairs import StoredRequests
+from ..slurm.backend.pairs.multi import StoredRequests
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
 from .store import SqliteStore, StoreError
 from ..estimator.table import ThroughputTable
@@ -128,7 +128,7 @@ class Daemon:
                                     progress_dir=config.progress_dir,
                                     # reconciled with Slurm on the first poll (a restart)
                                     active_jobs=[j["id"] for j in self.store.jobs()],
-                                    # multi-GPU pairs' replaced requests (multi_pairs.py)
+                                    # multi-GPU pairs' replaced requests (slurm/backend/pairs/multi.py)
                                     requests=StoredRequests(self.store))
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,

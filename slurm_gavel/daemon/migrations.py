@@ -87,7 +87,7 @@ def _v7(db: sqlite_utils.Database):
 
 def _v8(db: sqlite_utils.Database):
     """What a gavel job asked before the daemon made it half of a multi-GPU pair (GPUs per
-    node, tasks; slurm.multi_pairs): given back when it next starts alone, also after a
+    node, tasks; slurm.backend.pairs.multi): given back when it next starts alone, also after a
     restart."""
     db["paired_requests"].create({"job": str, "gpus": int, "tasks": int}, pk="job")
 

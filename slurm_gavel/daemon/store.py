@@ -362,7 +362,7 @@ class SqliteStore:
             self.db.execute("delete from status where job = ?", [departure.id])
 
     def remember_request(self, job: str, gpus: int, tasks: int) -> None:
-        """A paired job's request before its pair (multi_pairs.StoredRequests)."""
+        """A paired job's request before its pair (slurm.backend.pairs.multi.StoredRequests)."""
         with self._tx():
             self.db["paired_requests"].upsert({"job": job, "gpus": int(gpus), "tasks": int(tasks)}, pk="job")
 

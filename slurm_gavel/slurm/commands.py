@@ -243,7 +243,7 @@ class SlurmCLI:
                 pairs.append(f"{key}={value}")
                 continue
             if key.lower() in ("trespernode", "trespertask"):
-                # a multi-GPU pair's half (multi_pairs.py): the per-node request emptied, a
+                # a multi-GPU pair's half (slurm/backend/pairs/multi.py): the per-node request emptied, a
                 # per-task shard count set or emptied; nothing else
                 allowed = _TRES_PER_TASK if key.lower() == "trespertask" else _EMPTY
                 if not allowed.match(str(value)):

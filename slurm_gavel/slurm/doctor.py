@@ -112,9 +112,9 @@ def check_slurm_conf(conf: dict[str, str], requeue_exit_code: int) -> list[dict]
 
 
 def check_pair_gpus(conf: dict[str, str], space_sharing: bool, wanted: int) -> list[dict]:
-    """What max_pair_gpus > 1 gives on this Slurm (multi_pairs.allowed_pair_gpus, as the
+    """What max_pair_gpus > 1 gives on this Slurm (backend.pairs.multi.allowed_pair_gpus, as the
     daemon decides at start): pairs of multi-GPU jobs, or one-GPU pairs only and why."""
-    from .multi_pairs import allowed_pair_gpus
+    from .backend.pairs.multi import allowed_pair_gpus
     if wanted <= 1:
         return []
     if not space_sharing:

@@ -264,7 +264,7 @@ class SlurmJob:
     # --ntasks-per-gpu (squeue's tasks_per_tres; 24.11 lists it, 22.05's JSON does not: 0)
     tasks_per_gpu: int = 0
     # its task count (squeue's tasks; 0 unknown) and the shards it asks per task
-    # (--tres-per-task=gres/shard:K, a multi-GPU pair's half: slurm/multi_pairs.py; 0 none)
+    # (--tres-per-task=gres/shard:K, a multi-GPU pair's half: slurm/backend/pairs/multi.py; 0 none)
     tasks: int = 0
     task_shards: int = 0
 

@@ -7,7 +7,7 @@ whole count (`_pick_specific_topo` in cons_common/gres_select_filter.c at 22.05.
 node whose GPUs are not bound to sockets: where gres.conf `Cores=` binds them, Slurm looks at
 the GPUs on the job's cores' sockets first, which this model cannot see (a pair on an empty
 two-socket node got GPUs 0 and 2: tests/test_pair_sockets.py), so the backend starts no
-pair there (sharing.py `_pair_problem`).  The two halves of a pair, released together, therefore land
+pair there (pairs/sharing.py `pair_problem`).  The two halves of a pair, released together, therefore land
 on one GPU for certain only when (a) the first GPU with room for the smaller half has
 room for both (whichever half Slurm places first, both then go there), (b) Slurm places
 them now, not later as room appears half a GPU at a time (a pair released onto a full
@@ -17,7 +17,7 @@ leaving it: preempted, completing, or listed without its GPU).  Two pairs releas
 together on one node can cross (A with C, B with D), so a node takes one pair at a time.
 `pair_gpu` says which GPU a pair would get, or why it must wait; `first_fit`, the GPU of
 one job; `pair_gpus` and `first_fit_gpus` the same for the halves of a multi-GPU pair (a
-task per GPU, on 23.11+ with ONE_TASK_PER_SHARING_GRES: multi_pairs.py), `first_fit_gpus`
+task per GPU, on 23.11+ with ONE_TASK_PER_SHARING_GRES: pairs/multi.py), `first_fit_gpus`
 also the GPUs of a new partner joining a survivor's free halves; the backend calls them.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .records import SlurmJob
+from ...records import SlurmJob
 
 
 @dataclass
