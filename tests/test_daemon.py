@@ -184,6 +184,9 @@ def test_jobs_are_preempted_moved_resumed_and_all_complete(clean, tmp_path):
     assert set(jobs) <= set(done)
     # the daemon read the jobs' progress reports
     assert all(done[job]["steps_done"] and done[job]["steps_done"] > 0 for job in jobs)
+    # each end is one event (it was written twice: by the backend and by the store)
+    ended = [e["job"] for e in store.events(jobs, kinds=("completed", "failed"))]
+    assert sorted(ended) == sorted(jobs), ended
 
 
 def dry_run(cluster, tmp_path) -> tuple[str, int, str]:

@@ -219,7 +219,6 @@ class Crediting:
             self._preempted.pop(job_id, None)
             self._deferred.pop(job_id, None)
             forget_request(self.requests, job_id)
-            self.on_event(state, job_id, detail)
         return waiting
 
     def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:

@@ -15,10 +15,11 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from ..gputypes import TypeMap
+from ..flags import ADMIN_PREFIX, is_admin_comment
+from ..gputypes import TypeMap, partition_types
 from ..records import SlurmJob, SlurmNode, index_list
 
-GAVEL_PREFIX = "gavel:"
+GAVEL_PREFIX = ADMIN_PREFIX       # the AdminComment prefix of a gavel job (flags.py)
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +66,7 @@ def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap) 
             for n, idx in zip(j.nodes, j.gpu_indices):
                 for i in index_list(idx):
                     users.setdefault((n, str(i)), []).append(j.job_id)
-        if j.admin_comment.startswith(GAVEL_PREFIX):
+        if is_admin_comment(j.admin_comment):
             if not j.finished:
                 gavel[j.job_id] = j
         elif j.running:
@@ -84,8 +85,5 @@ def id_order(job_id: str) -> tuple[int, int]:
 
 def discover_partitions(nodes: Iterable[SlurmNode]) -> dict[str, str]:
     """partition -> GPU type, for partitions whose nodes all hold GPUs of one type."""
-    types: dict[str, set] = {}
-    for n in nodes:
-        for p in n.partitions:
-            types.setdefault(p, set()).add(n.gpu_type)
+    types = partition_types(nodes)
     return {p: next(iter(t)) for p, t in sorted(types.items()) if len(t) == 1 and None not in t}
