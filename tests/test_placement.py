@@ -13,8 +13,10 @@ import numpy as np
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.engine import Engine
-from slurm_gavel.core.mechanism import Ledger, Placement, Server, plan_round
+from slurm_gavel.core.ledger import Ledger
+from slurm_gavel.core.mechanism import plan_round
 from slurm_gavel.core.model import Allocation
+from slurm_gavel.core.plan import Placement, Server
 from slurm_gavel.core.recompute import Immediate
 from slurm_gavel.core.store import MemoryStore
 from slurm_gavel.estimator.table import TableThroughputs

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from .mechanism import Assignment, Placement, RoundPlan, Server
+from .plan import Assignment, Placement, RoundPlan, Server
 
 
 @dataclass(frozen=True)

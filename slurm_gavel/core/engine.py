@@ -42,8 +42,10 @@ import numpy as np
 
 from .backend import Backend, JobState, Observation, pair_gpu_limit
 from .clock import Clock
-from .mechanism import Churn, Ledger, RoundPlan, Server, only_types, plan_round, row_index, type_columns
+from .ledger import Churn, Ledger
+from .mechanism import only_types, plan_round, row_index, type_columns
 from .model import Allocation, PolicyInput
+from .plan import RoundPlan, Server
 from .state import EngineState
 from .store import MemoryStore, Store
 from .throughputs import JobThroughputs, ThroughputSource
@@ -72,7 +74,7 @@ DEFAULT_RESET_SECONDS = 1920.0
 DEFAULT_RESTART_SECONDS = 0.0
 MEASURED_RESTART_SECONDS = 18.0
 # In rounds: a running job competes for its GPUs as if it had received this much
-# less time, so a job replacing it must be clearly more behind (mechanism.Churn).
+# less time, so a job replacing it must be clearly more behind (ledger.Churn).
 # A running job moves to another type of its own accord only when it is
 # DEFAULT_MOVE_HYSTERESIS rounds more behind there.  Chosen with the Pareto stage
 # of the policies in place (docs/simulation.md, "All of issue 12 together"): on

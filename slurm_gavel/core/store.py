@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from .backend import Departure, Observation, Usage
-from .mechanism import RoundPlan
 from .model import Allocation
+from .plan import RoundPlan
 
 
 class Store(Protocol):

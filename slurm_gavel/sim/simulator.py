@@ -32,7 +32,7 @@ from ..core.clock import SimulatedClock
 from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
-from ..core.mechanism import Assignment, RoundPlan, Server
+from ..core.plan import Assignment, RoundPlan, Server
 from ..core.recompute import Delayed, Immediate
 from ..core.store import MemoryStore
 from ..estimator.table import TableThroughputs
