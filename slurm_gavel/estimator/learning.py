@@ -57,6 +57,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..core.interfaces import MeasurementStore, ThroughputSource
 from ..core.throughputs import JobThroughputs
 from .table import ThroughputTable
 from .trust import Ceilings, DropLog, Trust, agreeing_users, within
@@ -381,7 +382,7 @@ class _Job:
     last_lookup: int = 0
 
 
-class EstimatingThroughputs:
+class EstimatingThroughputs(ThroughputSource):
     """A `ThroughputSource` that learns T from measurements and estimates the rest.
 
     reference: a table of models profiled offline (None: learn everything).
@@ -400,9 +401,8 @@ class EstimatingThroughputs:
         smoothed value but count as one sample and one round (a daemon that
         observes every few seconds: give it the round length; 0 = every
         `record` call is a round, as in the simulator).
-    store: keeps measurements across restarts and the current estimates
-        (`load_throughputs`, `save_throughputs`, `forget_job_throughputs`,
-        `save_estimates`; see SqliteStore).
+    store: a `MeasurementStore` (the daemon's SqliteStore): keeps measurements
+        across restarts and the current estimates.
     trust: what a report must pass (estimator/trust.py): reports above the
         ceiling are dropped; a model-level row learns from a job only when its
         user is trusted or enough users agree.  Default `Trust()`: every
@@ -415,7 +415,7 @@ class EstimatingThroughputs:
                  solo_weight: float = DEFAULT_SOLO_WEIGHT, method: str = "nearest",
                  leave_one_out: bool = False, share_across_jobs: bool = True,
                  neighbors: int = 1, sample_seconds: float = 0.0, stale_rounds: int = 3,
-                 default: float = DEFAULT_THROUGHPUT, store=None,
+                 default: float = DEFAULT_THROUGHPUT, store: MeasurementStore | None = None,
                  clock: Callable[[], float] = time.time, forget_after: int = 50,
                  trust: Trust | None = None):
         if method not in ("nearest", "completion"):
@@ -461,7 +461,7 @@ class EstimatingThroughputs:
             self._load(store)
 
     # -- persistence ----------------------------------------------------------------
-    def _load(self, store) -> None:
+    def _load(self, store: MeasurementStore) -> None:
         model_rows, job_rows = store.load_throughputs()
         dropped = 0
         for r in model_rows:

@@ -32,6 +32,7 @@ from ..core.clock import SimulatedClock
 from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
+from ..core.interfaces import Backend
 from ..core.plan import Assignment, RoundPlan, Server
 from ..core.recompute import Delayed, Immediate
 from ..core.store import MemoryStore
@@ -104,7 +105,7 @@ class JobResult:
         return self.finish - self.arrival
 
 
-class SimulatedCluster:
+class SimulatedCluster(Backend):
     """A backend whose jobs advance on the clock at table throughputs."""
 
     def __init__(self, jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int],
@@ -409,10 +410,10 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     clock = SimulatedClock(0.0)
     # `throughputs`: what the policy is told (default: the table itself, an
     # oracle); the jobs always run at the table's rates.  A source that learns
-    # (has `record`) is fed what each running job made, every round.
+    # (`learns`: it implements `record`) is fed what each running job made, every round.
     source = throughputs if throughputs is not None else TableThroughputs(table)
     backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, restart_seconds,
-                               measure=hasattr(source, "record"), max_pair_gpus=max_pair_gpus)
+                               measure=source.learns, max_pair_gpus=max_pair_gpus)
     allocator = Delayed(policy, solver_delay) if solver_delay > 0 else Immediate(policy)
     store = MemoryStore(keep_rounds=False)
     try:
