@@ -54,7 +54,7 @@ from .weights import WeightLimits
 
 log = logging.getLogger("slurm_gavel.engine")
 
-DEFAULT_ROUND_SECONDS = 360.0     # the paper's 6-minute rounds (seed 5.4, 6.3)
+DEFAULT_ROUND_SECONDS = 360.0     # the 6-minute rounds of Gavel's paper and simulator
 # The ledger's since-reset time restarts when the allocation in force changes,
 # but not more often than this.  Priorities compare X with the time received
 # since the reset; with a reset at every arrival and departure (every few
@@ -78,12 +78,13 @@ MEASURED_RESTART_SECONDS = 18.0
 # less time, so a job replacing it must be clearly more behind (ledger.Churn).
 # A running job moves to another type of its own accord only when it is
 # DEFAULT_MOVE_HYSTERESIS rounds more behind there.  Chosen with the Pareto stage
-# of the policies in place (docs/simulation.md, "All of issue 12 together"): on
-# issue 12's three cases (bench/gavel_cases.py, Gavel's own jobs, 18 s restarts)
-# 2 / 5 gives 0.03 / 0.25 / 2.8 restarts per job against Gavel's 5.5 / 13.7 /
-# 74.3 and average JCT 15.40 / 16.06 / 17.39 h, no worse than 10 / 30 (15.41 /
-# 16.06 / 17.45 h), while 10 / 30 made the static makespan trace 25.2 h
-# instead of 18.9 h: a long lease keeps a job from the types X gives it.
+# of the policies in place, on the three cases of Gavel's continuous sweeps
+# (bench/gavel_cases.py: Gavel's own jobs, 1-GPU at 2 jobs/h, multi-GPU at 1 and
+# 2 jobs/h, 18 s restarts; docs/simulation.md): 2 / 5 gives 0.03 / 0.25 / 2.8
+# restarts per job against Gavel's 5.5 / 13.7 / 74.3 and average JCT 15.40 /
+# 16.06 / 17.39 h, no worse than 10 / 30 (15.41 / 16.06 / 17.45 h), while
+# 10 / 30 made the static makespan trace 25.2 h instead of 18.9 h: a long lease
+# keeps a job from the types X gives it.
 DEFAULT_HYSTERESIS = 2.0
 DEFAULT_MOVE_HYSTERESIS = 5.0
 # Time every entry counts as received after a reset, in rounds: Gavel seeds

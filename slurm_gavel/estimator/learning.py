@@ -1,7 +1,7 @@
-"""Throughput estimation: learn T online, fill in what was never measured (issue 6).
+"""Throughput estimation: learn T online, fill in what was never measured.
 
-Seed sections 4.6 and 5.8.  Users never hand over a full throughput matrix, so
-the policy's T is built here from three sources, best first:
+Users never hand over a full throughput matrix, so the policy's T is built
+here from these sources, best first:
 
 1. **Measurements** (`Measured`): what running jobs made, smoothed with an
    exponential moving average (alpha 0.25, as in Gavel's scheduler) and
@@ -26,8 +26,8 @@ the policy's T is built here from three sources, best first:
    its partial row is completed against the reference rows by low-rank matrix
    completion (`ReferenceSet.fingerprint`: the reference rows' factors come
    from `complete`, the partial row is folded in), and the nearest reference
-   row, scaled to the job's measurements, is the estimate (Quasar's technique
-   as the seed describes it).  Rows are normalized so that scale does not
+   row, scaled to the job's measurements, is the estimate (Quasar's technique,
+   as Gavel's paper adopts it).  Rows are normalized so that scale does not
    matter: solo throughputs as logs, centred per row; pair throughputs as a
    fraction of the model's own solo throughput on that type (Gavel's
    normalization).  Pair throughputs (space sharing) of two jobs come from
@@ -41,9 +41,9 @@ all-NaN row for a job that could run: with nothing known the row is 1.0 on
 every type (the heterogeneity-agnostic guess), and a row whose measured
 values are all 0 falls back to that too.
 
-`EstimatingThroughputs` is the `ThroughputSource` (lookup + record); it can
-keep its measurements in a store (SqliteStore, schema v3) across restarts and
-writes its current estimates there for `slurm-gavel throughputs show`.
+`EstimatingThroughputs` is a `ThroughputSource` (lookup, record, stale); it can
+keep its measurements in a `MeasurementStore` (the daemon's SQLite store) across
+restarts and writes its current estimates there for `slurm-gavel throughputs show`.
 `stale()` says that estimates the policy was given have changed materially
 since (the engine may then re-solve).  Pure numpy; no solver.
 """

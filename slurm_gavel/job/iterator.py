@@ -1,7 +1,7 @@
 """GavelIterator: makes a PyTorch training loop preemptible by slurm-gavel.
 
-The in-job half of Gavel's scheduler/application contract (seed sections 2.3,
-4.7). Wrap the data loader, give two checkpoint callbacks, and the job can be
+The in-job half of Gavel's scheduler/application contract (the job runs
+while its lease lasts, then checkpoints and exits). Wrap the data loader, give two checkpoint callbacks, and the job can be
 stopped at any step, moved to another GPU type and resumed without losing or
 repeating a step. The change to a training script (under five lines)::
 
