@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from .interfaces import Backend
-from .plan import Assignment, Placement, RoundPlan, Server
+from .plan import Assignment, Placement, Server
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,10 @@ results; `summarize()` turns them into the numbers the paper reports.
 """
 from __future__ import annotations
 
-import itertools
 import math
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
