@@ -396,7 +396,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     `restart_seconds` is charged at each start and resume and told to the
     mechanism (`checkpoint_seconds` is its old name); `hysteresis` and
     `move_hysteresis` (in rounds) and `work_conserving` set the mechanism's
-    churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
+    churn and idle-GPU rules (core/engine.py, core/ledger.py Churn).
     `mid_round_starts`: a job that arrives during a round starts at once on
     GPUs that are idle (Engine.start_arrivals) instead of at the next round.
     `max_pair_gpus`: with space sharing, pair only jobs of at most that many GPUs each
