@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_gavel.core.clock import WallClock  # noqa: E402
-from slurm_gavel.core.mechanism import Assignment, RoundPlan  # noqa: E402
+from slurm_gavel.core.plan import Assignment, RoundPlan  # noqa: E402
 from slurm_gavel.slurm.backend import SlurmBackend  # noqa: E402
 from slurm_gavel.slurm.commands import SlurmCLI  # noqa: E402
 

@@ -73,7 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from slurm_gavel.core.clock import WallClock  # noqa: E402
-from slurm_gavel.core.mechanism import Assignment, RoundPlan  # noqa: E402
+from slurm_gavel.core.plan import Assignment, RoundPlan  # noqa: E402
 from slurm_gavel.job.progress import parse_records  # noqa: E402
 from slurm_gavel.slurm import backend as backend_mod  # noqa: E402
 from slurm_gavel.slurm import jobscript  # noqa: E402

@@ -46,7 +46,8 @@ def random_input(rng: np.random.Generator, n: int, k: int, pairs: int = 0,
 
 
 def assert_feasible(alloc: Allocation, inp: PolicyInput, tol: float = TOL):
-    """Constraints (1)-(3) of the seed, plus infeasible entries at 0."""
+    """A feasible allocation: every share in [0, 1], each job's shares summing to at most 1,
+    no type given more GPUs than it has, and infeasible entries at 0."""
     assert alloc.x.shape == (inp.n_jobs, inp.n_types)
     assert (alloc.x >= -tol).all() and (alloc.x <= 1 + tol).all()
     assert (alloc.x_pairs >= -tol).all() and (alloc.x_pairs <= 1 + tol).all()

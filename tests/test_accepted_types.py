@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slurm_gavel.core.mechanism import Placement
+from slurm_gavel.core.plan import Placement
 from slurm_gavel.policies import POLICIES, make_policy
 from slurm_gavel.slurm.feasibility import accepts, node_refuses
 from slurm_gavel.slurm.flags import parse_comment

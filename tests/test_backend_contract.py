@@ -23,7 +23,7 @@ import pytest
 
 from slurm_gavel.core.backend import Observation
 from slurm_gavel.core.clock import SimulatedClock, WallClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan, Server
+from slurm_gavel.core.plan import Assignment, RoundPlan, Server
 from slurm_gavel.sim.simulator import SimulatedCluster
 from slurm_gavel.estimator.table import ThroughputTable
 from slurm_gavel.sim.workloads import TraceJob

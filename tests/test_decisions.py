@@ -1,5 +1,5 @@
 """decisions.decide: a round's starts and preemptions in words, from plain data."""
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.daemon.decisions import decide
 
 PARTS = {"gpu-v100": "v100", "gpu-k80": "k80"}

@@ -17,7 +17,7 @@ import pytest
 from conftest import move_job
 
 from slurm_gavel.core.backend import JobState, Observation
-from slurm_gavel.core.mechanism import RoundPlan
+from slurm_gavel.core.plan import RoundPlan
 from slurm_gavel.daemon import config as config_mod
 from slurm_gavel.daemon.daemon import Daemon
 from slurm_gavel.cli.queue import main as gqueue

@@ -11,6 +11,7 @@ import pytest
 from slurm_gavel.core.clock import SimulatedClock, WallClock
 from slurm_gavel.core.engine import INTERIM, Engine, compose
 from slurm_gavel.core.errors import SolverError
+from slurm_gavel.core.interfaces import Backend
 from slurm_gavel.policies import make_policy
 from slurm_gavel.core.recompute import Background, Delayed, Immediate
 from slurm_gavel.sim.simulator import SimulatedCluster, simulate
@@ -306,7 +307,7 @@ class FlakyStore(MemoryStore):
         super().departure(departure)
 
 
-class CountingBackend:
+class CountingBackend(Backend):
     """A simulated cluster that counts the plans it was given to carry out."""
 
     def __init__(self, inner):
@@ -314,6 +315,12 @@ class CountingBackend:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    quiet_until = property(lambda self: self.inner.quiet_until)
+    max_pair_gpus = property(lambda self: self.inner.max_pair_gpus)
+
+    def observe(self):
+        return self.inner.observe()
 
     def execute(self, plan, round_end):
         self.executed.append(plan.round)

@@ -9,6 +9,7 @@ import pytest
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.engine import Engine, build_policy_input
+from slurm_gavel.core.interfaces import Backend
 from slurm_gavel.core.recompute import Immediate
 from slurm_gavel.core.store import MemoryStore
 from slurm_gavel.estimator.table import TableThroughputs
@@ -20,7 +21,7 @@ from test_engine import job, small_table
 ENTITY = {"0": "physics", "1": "physics", "2": "chem", "3": "chem"}
 
 
-class Entities:
+class Entities(Backend):
     """A simulated cluster whose jobs belong to entities (as the Slurm backend's do: account)."""
 
     def __init__(self, inner, entities):
@@ -28,6 +29,12 @@ class Entities:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+    quiet_until = property(lambda self: self.inner.quiet_until)
+    max_pair_gpus = property(lambda self: self.inner.max_pair_gpus)
+
+    def execute(self, plan, round_end):
+        self.inner.execute(plan, round_end)
 
     def observe(self):
         obs = self.inner.observe()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from slurm_gavel.core.mechanism import Ledger, Placement, Server, plan_round
+from slurm_gavel.core.ledger import Ledger
+from slurm_gavel.core.mechanism import plan_round
 from slurm_gavel.core.model import Allocation
+from slurm_gavel.core.plan import Placement, Server
 
 EQUAL = Placement(same_gpus_per_server=True)
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from slurm_gavel.core.errors import InputError
-from slurm_gavel.core.mechanism import Assignment, Server, place, select
+from slurm_gavel.core.mechanism import place, select
 from slurm_gavel.core.model import Allocation, PolicyInput, _finite
+from slurm_gavel.core.plan import Assignment, Server
 from slurm_gavel.sim.simulator import JobResult, allocation_gap
 
 

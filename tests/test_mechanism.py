@@ -7,9 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import make_input, random_input
-from slurm_gavel.core.mechanism import (Assignment, Ledger, Server, allocation_rows, place,
-                                        plan_round, priorities)
+from slurm_gavel.core.ledger import Ledger
+from slurm_gavel.core.mechanism import allocation_rows, place, plan_round, priorities
 from slurm_gavel.core.model import Allocation
+from slurm_gavel.core.plan import Assignment, Server
 from slurm_gavel.policies import make_policy
 
 TYPES = ("v100", "p100", "k80")

@@ -8,8 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers import make_input, random_input
-from slurm_gavel.core.mechanism import Churn, Ledger, Placement, Server, plan_round
+from slurm_gavel.core.ledger import Churn, Ledger
+from slurm_gavel.core.mechanism import plan_round
 from slurm_gavel.core.model import Allocation
+from slurm_gavel.core.plan import Placement, Server
 from slurm_gavel.policies import make_policy
 
 TYPES = ("v100", "k80")
@@ -76,7 +78,7 @@ def test_the_filler_is_the_job_most_behind_on_its_fastest_free_type():
     alloc = Allocation(("a", "b", "c"), types, np.array([[0.4, 0, 0], [0.3, 0, 0], [0.3, 0, 0]]), "x")
     usable = np.array([[1.0, 0.2, 0.1], [1.0, 0.3, 0.6], [1.0, 0.9, 0.5]])
     ledger = Ledger(types)
-    from slurm_gavel.core.mechanism import Assignment
+    from slurm_gavel.core.plan import Assignment
     ledger.record([Assignment(("b",), "v100", (("v100-0", 1),))], 3600)   # b is the least behind
     ledger.record([Assignment(("c",), "v100", (("v100-0", 1),))], 360)
     srv = [Server("v100-0", "v100", 1), Server("p100-0", "p100", 1), Server("k80-0", "k80", 1)]
@@ -125,7 +127,7 @@ def test_hysteresis_keeps_a_running_job_until_the_other_is_clearly_behind():
     alloc = Allocation(("a", "b"), ("v100",), np.array([[0.5], [0.5]]), "x")
     srv = [Server("n", "v100", 1)]
     ledger = Ledger(("v100",))
-    from slurm_gavel.core.mechanism import Assignment
+    from slurm_gavel.core.plan import Assignment
     ran = Assignment(("a",), "v100", (("n", 1),))
     ledger.record([ran], 720)
     ledger.record([Assignment(("b",), "v100", (("n", 1),))], 480)
@@ -187,7 +189,7 @@ def test_usable_of_the_wrong_shape_is_refused():
 def test_move_hysteresis_stops_running_jobs_swapping_types_but_not_waiting_jobs():
     # a and b each have half of each type; a ran on the V100, b on the K80 (one GPU each),
     # so each is behind on the other type: plain priorities swap them every round
-    from slurm_gavel.core.mechanism import Assignment
+    from slurm_gavel.core.plan import Assignment
     alloc = Allocation(("a", "b"), TYPES, np.array([[0.5, 0.5], [0.5, 0.5]]), "x")
     on_v100 = Assignment(("a",), "v100", (("v100-0", 1),))
     on_k80 = Assignment(("b",), "k80", (("k80-0", 1),))
@@ -207,7 +209,7 @@ def test_move_hysteresis_stops_running_jobs_swapping_types_but_not_waiting_jobs(
 
 
 def test_what_a_row_was_owed_is_carried_over_a_reset_within_bounds():
-    from slurm_gavel.core.mechanism import Assignment
+    from slurm_gavel.core.plan import Assignment
     alloc = Allocation(("a", "b"), ("v100",), np.array([[0.5], [0.5]]), "x")
     srv = [Server("n", "v100", 1)]
     ledger = Ledger(("v100",))

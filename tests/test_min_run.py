@@ -19,7 +19,7 @@ import pytest
 from conftest import move_job
 
 from slurm_gavel.core.clock import SimulatedClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.daemon import config as config_mod
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.daemon.daemon import Daemon

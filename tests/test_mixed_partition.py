@@ -233,7 +233,7 @@ def test_configured_gpu_types_by_node_set_and_gres_type_on_the_real_cluster(mixe
     """[gpu_types]: one type by node set, one by GRES type, both in partition gpu; a job
     started on one type's node runs there, and the backend credits that type."""
     from slurm_gavel.core.clock import WallClock
-    from slurm_gavel.core.mechanism import Assignment, RoundPlan
+    from slurm_gavel.core.plan import Assignment, RoundPlan
     from slurm_gavel.slurm.backend import SlurmBackend
     from slurm_gavel.slurm.commands import SlurmCLI
 

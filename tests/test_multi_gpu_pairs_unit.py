@@ -14,7 +14,7 @@ import pytest
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.errors import InputError
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend.pairs import placing as backend_mod
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI

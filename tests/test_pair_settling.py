@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 
 from slurm_gavel.core.clock import SimulatedClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 
 from test_start_backoff import ReplayCLI

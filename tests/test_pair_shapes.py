@@ -15,6 +15,7 @@ from slurm_gavel.cli import main
 from slurm_gavel.core.backend import JobState, pair_gpu_limit
 from slurm_gavel.core.engine import runnable_pairs
 from slurm_gavel.core.errors import InputError
+from slurm_gavel.core.interfaces import Backend
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.throughputs import JobThroughputs
 from slurm_gavel.estimator.table import ThroughputTable
@@ -52,8 +53,14 @@ def test_runnable_pairs_keeps_the_pairs_of_jobs_within_the_limit():
 
 
 def test_a_backend_states_its_limit_or_any():
-    class Quiet:
+    class Quiet(Backend):
         worker_types = ("v100",)
+
+        def observe(self):
+            raise AssertionError("not observed")
+
+        def execute(self, plan, round_end):
+            raise AssertionError("not executed")
 
     assert pair_gpu_limit(Quiet()) is None
     cluster = SimulatedCluster([], _table(), {"v100": 4}, SimulatedClock(), max_pair_gpus=1)

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from slurm_gavel.core.clock import WallClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.doctor import check_shard_sockets

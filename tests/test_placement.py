@@ -13,8 +13,11 @@ import numpy as np
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.engine import Engine
-from slurm_gavel.core.mechanism import Ledger, Placement, Server, plan_round
+from slurm_gavel.core.interfaces import Backend
+from slurm_gavel.core.ledger import Ledger
+from slurm_gavel.core.mechanism import plan_round
 from slurm_gavel.core.model import Allocation
+from slurm_gavel.core.plan import Placement, Server
 from slurm_gavel.core.recompute import Immediate
 from slurm_gavel.core.store import MemoryStore
 from slurm_gavel.estimator.table import TableThroughputs
@@ -65,7 +68,7 @@ def test_a_pick_its_servers_cannot_hold_is_dropped_and_the_gpus_go_to_the_next_r
     assert plan_round(0, alloc, Ledger(("v100",)), servers, sizes, (), only).running_jobs == {"a", "b", "c", "d"}
 
 
-class Ruled:
+class Ruled(Backend):
     """The simulated cluster, with the placement rules and holds a Slurm backend would report."""
 
     def __init__(self, inner: SimulatedCluster, rules: dict[str, dict]):

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from slurm_gavel.core.clock import WallClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan, place
+from slurm_gavel.core.mechanism import place
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.devcluster import slurm_version
 
 from conftest import default_job_submit_lua, require_slurm, running_cluster

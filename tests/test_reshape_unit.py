@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_gavel.core.clock import SimulatedClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.feasibility import equal_split
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gavel.core.clock import WallClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.records import parse_jobs, parse_nodes

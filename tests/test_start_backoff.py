@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from slurm_gavel.core.clock import SimulatedClock
-from slurm_gavel.core.mechanism import Assignment, RoundPlan
+from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -230,8 +230,8 @@ def explain_db(tmp_path) -> Path:
     import numpy as np
 
     from slurm_gavel.core.backend import JobState, Observation, Server, Usage
-    from slurm_gavel.core.mechanism import Assignment
     from slurm_gavel.core.model import Allocation
+    from slurm_gavel.core.plan import Assignment
 
     store = SqliteStore(tmp_path / "gavel.db")
     jobs = tuple(JobState(str(i), "convnet", 1, 1000.0, name=f"j{i}", user="alice") for i in (1, 2, 3))

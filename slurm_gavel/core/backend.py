@@ -12,19 +12,23 @@ A backend (the simulated cluster, Slurm) does two things:
 Everything crossing this line is plain frozen data; the engine knows nothing
 of how a backend does its work.
 
-A backend may also say which pair rows (space sharing) it can run:
+A backend also says which pair rows (space sharing) it can run:
 `max_pair_gpus`, the most GPUs each job of a pair may have (Slurm: 1, its shards of
-one GPU per job; the simulator: any, as Gavel's, unless told to mimic Slurm).  The
-engine gives the policy only those pair rows (`pair_gpu_limit`), so a policy never
-plans a pair the backend would refuse, and two backends with the same limit get the
-same policy input.
+one GPU per job; the simulator: any, as Gavel's, unless told to mimic Slurm; None,
+the default: any).  The engine gives the policy only those pair rows
+(`pair_gpu_limit`), so a policy never plans a pair the backend would refuse, and two
+backends with the same limit get the same policy input.
+
+The interface itself (`Backend`) is declared in interfaces.py; this module
+keeps the data and re-exports it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Mapping
 
-from .mechanism import Assignment, Placement, RoundPlan, Server
+from .interfaces import Backend
+from .plan import Assignment, Placement, Server
 
 
 @dataclass(frozen=True)
@@ -98,18 +102,10 @@ class Observation:
     measurements: tuple[Measurement, ...] = ()
 
 
-class Backend(Protocol):
-    worker_types: tuple[str, ...]
-
-    def observe(self) -> Observation: ...
-
-    def execute(self, plan: RoundPlan, round_end: float) -> None: ...
-
-
-def pair_gpu_limit(backend) -> int | None:
-    """The most GPUs per job of a pair row `backend` can run (its optional `max_pair_gpus`);
-    None: any (a backend that does not say)."""
-    limit = getattr(backend, "max_pair_gpus", None)
+def pair_gpu_limit(backend: Backend) -> int | None:
+    """The most GPUs per job of a pair row `backend` can run (its `max_pair_gpus`, checked);
+    None: any."""
+    limit = backend.max_pair_gpus
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:

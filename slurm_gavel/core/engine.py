@@ -40,18 +40,21 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .backend import Backend, JobState, Observation, pair_gpu_limit
+from .backend import JobState, Observation, pair_gpu_limit
 from .clock import Clock
-from .mechanism import Churn, Ledger, RoundPlan, Server, only_types, plan_round, row_index, type_columns
+from .interfaces import Allocator, Backend, Store, ThroughputSource
+from .ledger import Churn, Ledger
+from .mechanism import only_types, plan_round, row_index, type_columns
 from .model import Allocation, PolicyInput
+from .plan import RoundPlan, Server
 from .state import EngineState
-from .store import MemoryStore, Store
-from .throughputs import JobThroughputs, ThroughputSource
+from .store import MemoryStore
+from .throughputs import JobThroughputs
 from .weights import WeightLimits
 
 log = logging.getLogger("slurm_gavel.engine")
 
-DEFAULT_ROUND_SECONDS = 360.0     # the paper's 6-minute rounds (seed 5.4, 6.3)
+DEFAULT_ROUND_SECONDS = 360.0     # the 6-minute rounds of Gavel's paper and simulator
 # The ledger's since-reset time restarts when the allocation in force changes,
 # but not more often than this.  Priorities compare X with the time received
 # since the reset; with a reset at every arrival and departure (every few
@@ -72,15 +75,16 @@ DEFAULT_RESET_SECONDS = 1920.0
 DEFAULT_RESTART_SECONDS = 0.0
 MEASURED_RESTART_SECONDS = 18.0
 # In rounds: a running job competes for its GPUs as if it had received this much
-# less time, so a job replacing it must be clearly more behind (mechanism.Churn).
+# less time, so a job replacing it must be clearly more behind (ledger.Churn).
 # A running job moves to another type of its own accord only when it is
 # DEFAULT_MOVE_HYSTERESIS rounds more behind there.  Chosen with the Pareto stage
-# of the policies in place (docs/simulation.md, "All of issue 12 together"): on
-# issue 12's three cases (bench/gavel_cases.py, Gavel's own jobs, 18 s restarts)
-# 2 / 5 gives 0.03 / 0.25 / 2.8 restarts per job against Gavel's 5.5 / 13.7 /
-# 74.3 and average JCT 15.40 / 16.06 / 17.39 h, no worse than 10 / 30 (15.41 /
-# 16.06 / 17.45 h), while 10 / 30 made the static makespan trace 25.2 h
-# instead of 18.9 h: a long lease keeps a job from the types X gives it.
+# of the policies in place, on the three cases of Gavel's continuous sweeps
+# (bench/gavel_cases.py: Gavel's own jobs, 1-GPU at 2 jobs/h, multi-GPU at 1 and
+# 2 jobs/h, 18 s restarts; docs/simulation.md): 2 / 5 gives 0.03 / 0.25 / 2.8
+# restarts per job against Gavel's 5.5 / 13.7 / 74.3 and average JCT 15.40 /
+# 16.06 / 17.39 h, no worse than 10 / 30 (15.41 / 16.06 / 17.45 h), while
+# 10 / 30 made the static makespan trace 25.2 h instead of 18.9 h: a long lease
+# keeps a job from the types X gives it.
 DEFAULT_HYSTERESIS = 2.0
 DEFAULT_MOVE_HYSTERESIS = 5.0
 # Time every entry counts as received after a reset, in rounds: Gavel seeds
@@ -194,7 +198,7 @@ def compose(solved: Allocation | None, inp: PolicyInput) -> Allocation:
 class Engine:
     """Runs rounds: observe, (re)solve on reset events, plan, execute, sleep."""
 
-    def __init__(self, clock: Clock, backend: Backend, allocator, throughputs: ThroughputSource,
+    def __init__(self, clock: Clock, backend: Backend, allocator: Allocator, throughputs: ThroughputSource,
                  store: Store | None = None, round_seconds: float = DEFAULT_ROUND_SECONDS,
                  prices: Mapping[str, float] | None = None, space_sharing: bool = False,
                  recompute_seconds: float | None = None,
@@ -235,9 +239,8 @@ class Engine:
         self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
         self.ledger = Ledger(self.worker_types)
-        self._learn = getattr(throughputs, "record", None)
         # a store that keeps the engine's state, for a restart (the daemon's; not the simulator's)
-        self._keep_state = getattr(self.store, "engine_state", None)
+        self._keep_state = self.store.engine_state if self.store.keeps_state else None
         self._restored: Allocation | None = None
         self.round = 0
         self.resets = 0
@@ -265,7 +268,7 @@ class Engine:
         self._steady: Allocation | None = None     # the allocation whose rows all run on their one type
         self._previous: tuple = (None, None, ())  # (running, sizes, those of running all planned)
         # A store may say it drops usage records (the simulator's): then none are queued.
-        self._keep_usage = getattr(self.store, "keeps_usage", True)
+        self._keep_usage = self.store.keeps_usage
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -285,7 +288,7 @@ class Engine:
         job_ids = self._refresh(obs, now)
         round_end = now + self.round_seconds
         last = self.last_plan
-        quiet = getattr(self.backend, "quiet_until", None)
+        quiet = self.backend.quiet_until
         if (quiet is not None and last is not None and self._steady is self.allocation
                 and obs.running is last.assignments and not obs.departures and quiet >= round_end):
             # Nothing changed and nothing will before the round ends, and every row runs
@@ -416,8 +419,7 @@ class Engine:
         timer = (self.recompute_seconds is not None and job_ids
                  and now - self._last_submit >= self.recompute_seconds)
         # a learning source whose estimates moved since the policy saw them (estimator)
-        stale = getattr(self.throughputs, "stale", None)
-        timer = timer or bool(job_ids and stale is not None and stale())
+        timer = timer or bool(job_ids and self.throughputs.stale())
         if jobs_changed or timer:
             self._job_ids, self._servers, self._rules = job_ids, obs.servers, self._seen_rules
             self._entity_weights_solved = dict(self.entity_weights)
@@ -427,9 +429,8 @@ class Engine:
             if self.input is not None:
                 self.allocator.submit(self.input, now)
                 self._last_submit = now
-                wait = getattr(self.allocator, "wait", None)
-                if self.solve_patience > 0 and wait is not None:
-                    wait(self.solve_patience)
+                if self.solve_patience > 0:
+                    self.allocator.wait(self.solve_patience)
             self.resets += 1
         solved = self.allocator.latest(now)
         if solved is None:
@@ -510,8 +511,8 @@ class Engine:
         if obs.usage or obs.departures:
             self._save_state()
         self.record_pending()
-        if obs.measurements and self._learn is not None:
-            self._learn(obs.measurements)       # a throughput source that learns (estimator)
+        if obs.measurements:
+            self.throughputs.record(obs.measurements)      # a source that learns (estimator)
         return obs
 
     def _record(self, write, *args) -> None:
@@ -587,7 +588,7 @@ class Engine:
                     best[job] = max(best.get(job, 0.0), float(p))
                     share[job] = share.get(job, 0.0) + float(total)
         interim = set(alloc.info.get("interim_rows", ())) if alloc is not None and alloc.info else set()
-        pending = bool(getattr(self.allocator, "pending", False))
+        pending = bool(self.allocator.pending)
         for job in self.active_ids:
             if job in filling:
                 reason = FILLING

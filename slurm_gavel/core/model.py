@@ -12,7 +12,7 @@ Conventions
   NaN or 0; the policies fix the matching allocation entry at 0.
 * A job whose scale factor exceeds the number of GPUs of a type cannot run on
   that type either.
-* Placement (seed 1.3): `throughputs` are for a job whose GPUs sit on as
+* Placement: `throughputs` are for a job whose GPUs sit on as
   few servers as possible (consolidated).  Where a type's servers have fewer
   GPUs than the job's scale factor (`gpus_per_node`), the job must spread, and
   `unconsolidated_throughputs` (when given) is what it runs at there.

@@ -1,10 +1,12 @@
 """When a new allocation is computed, and when the engine may use it.
 
-The engine hands every new `PolicyInput` to an allocator with `submit` and
-asks it each round for the newest finished allocation with `latest`.  The
-engine never waits on a solve: until a result is ready it keeps the previous
-allocation (and gives newcomers an agnostic share), so a slow or failed
-solve degrades the cluster to the baseline scheduler, never stalls it.
+The engine hands every new `PolicyInput` to an allocator (the interface is
+`Allocator`, interfaces.py) with `submit` and asks it each round for the
+newest finished allocation with `latest`.  The engine never waits on a solve
+longer than the patience it is given (`Allocator.wait`): until a result is
+ready it keeps the previous allocation (and gives newcomers an agnostic
+share), so a slow or failed solve degrades the cluster to the baseline
+scheduler, never stalls it.
 
 * `Immediate`: solves inside `submit` (the simulator's, deterministic).
 * `Delayed`: like `Immediate`, but the result only becomes visible a fixed
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import GavelError
+from .interfaces import Allocator
 from .model import Allocation, PolicyInput
 
 
@@ -33,7 +36,7 @@ class Failure:
     error: str
 
 
-class _Base:
+class _Base(Allocator):
     def __init__(self, policy, on_error: Callable[[Failure], None] | None = None):
         self.policy = policy
         self.errors: list[Failure] = []
@@ -55,9 +58,6 @@ class _Base:
             self.solves += 1
             self.solve_seconds += time.perf_counter() - started
 
-    def close(self):
-        pass
-
 
 class Immediate(_Base):
     """Solve at once; `latest` returns the newest successful allocation."""
@@ -73,10 +73,6 @@ class Immediate(_Base):
 
     def latest(self, now: float) -> Allocation | None:
         return self._latest
-
-    @property
-    def pending(self) -> bool:
-        return False
 
 
 class Delayed(_Base):

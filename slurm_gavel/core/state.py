@@ -18,8 +18,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import InputError
-from .mechanism import Row, Server
 from .model import Allocation
+from .plan import Row, Server
 
 VERSION = 1
 

@@ -1,34 +1,23 @@
 """What the engine writes down: allocations, rounds, usage and departures.
 
 The engine reports to a store and never reads its own history back from it
-(its working state is the mechanism's ledger).  `MemoryStore` keeps
+(its working state is the mechanism's ledger).  The interface (`Store`) is
+declared in interfaces.py and re-exported here.  `MemoryStore` keeps
 everything in lists (the simulator's); the daemon's SQLite store
-(sqlite_store.py) implements the same five methods.  A store may set
-`keeps_usage = False` to say it drops usage records: the engine then does
-not hand them over (a long simulation observes about 30 per round).
+(`SqliteStore`) implements the same five methods and also keeps the engine's
+working state.  A store may set `keeps_usage = False` to say it drops usage
+records: the engine then does not hand them over (a long simulation observes
+about 30 per round).
 """
 from __future__ import annotations
 
-from typing import Protocol
-
-from .backend import Departure, Observation, Usage
-from .mechanism import RoundPlan
+from .backend import Departure, Usage
+from .interfaces import Store
 from .model import Allocation
+from .plan import RoundPlan
 
 
-class Store(Protocol):
-    def observe(self, time: float, observation: Observation) -> None: ...
-
-    def allocation(self, round: int, time: float, allocation: Allocation, fresh: bool) -> None: ...
-
-    def round(self, time: float, plan: RoundPlan) -> None: ...
-
-    def usage(self, time: float, usage: Usage) -> None: ...
-
-    def departure(self, departure: Departure) -> None: ...
-
-
-class MemoryStore:
+class MemoryStore(Store):
     """Keeps what it is told; `keep_rounds=False` drops round plans (long simulations)."""
 
     def __init__(self, keep_rounds: bool = True):

@@ -1,4 +1,4 @@
-"""Job weights as the policy sees them: bounded so that no user can zero out others (issue 11).
+"""Job weights as the policy sees them: bounded so that no user can zero out others.
 
 A job's weight is whatever its user wrote (``weight=`` in the job's flags,
 anything in (0, 1000000]).  Handed to a policy as is, ``weight=1000000`` next

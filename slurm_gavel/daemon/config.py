@@ -43,7 +43,7 @@ class Config:
     # (slurm/backend/pairs/multi.py, docs/space-sharing.md "Multi-GPU pairs"); else 1, said at start
     max_pair_gpus: int = 1
     round_seconds: float = 360.0
-    # the mechanism's churn (core/mechanism.py Churn): a running job competes for its GPUs as
+    # the mechanism's churn (core/ledger.py Churn): a running job competes for its GPUs as
     # if it had received hysteresis_rounds less, moves to another type of its own accord only
     # move_hysteresis_rounds behind there; each start or resume costs restart_seconds
     hysteresis_rounds: float = DEFAULT_HYSTERESIS

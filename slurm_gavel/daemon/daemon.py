@@ -42,7 +42,7 @@ from typing import Callable
 from . import config as config_mod
 from ..core.clock import WallClock
 from ..core.engine import FILLING, Engine
-from ..core.mechanism import Assignment
+from ..core.plan import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
 from ..policies import make_policy, resolve

@@ -43,7 +43,7 @@ def _priority(p) -> str:
 def decide(plan, previous: Sequence, partitions: Mapping[str, str],
            priority: Mapping[str, float | None], share: Mapping[str, Mapping[str, float]],
            phase: Mapping[str, str] | None = None) -> list[Decision]:
-    """The decisions of `plan` (core.mechanism.RoundPlan): `previous` is the round before's
+    """The decisions of `plan` (core.plan.RoundPlan): `previous` is the round before's
     assignments (where preempted jobs ran, the type a started job last had); `partitions`
     partition -> GPU type; `priority` job -> its best priority; `share` job -> {type: its
     share in the allocation in force}; `phase` job -> its estimate phase ("explore")."""

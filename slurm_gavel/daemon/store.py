@@ -37,7 +37,8 @@ import sqlite_utils
 
 from ..core.backend import Departure, JobState, Observation, Usage
 from ..core.errors import GavelError
-from ..core.mechanism import RoundPlan
+from ..core.interfaces import MeasurementStore, Store
+from ..core.plan import RoundPlan
 from ..core.model import Allocation
 from ..core.state import EngineState
 from .migrations import MIGRATIONS
@@ -110,7 +111,7 @@ def _finite(v):
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
-class SqliteStore:
+class SqliteStore(Store, MeasurementStore):
     """The `Store` of the daemon, plus the queries `slurm-gavel queue` needs."""
 
     def __init__(self, path, readonly: bool = False, clock: Callable[[], float] = time.time):

@@ -1,7 +1,7 @@
-"""Throughput estimation: learn T online, fill in what was never measured (issue 6).
+"""Throughput estimation: learn T online, fill in what was never measured.
 
-Seed sections 4.6 and 5.8.  Users never hand over a full throughput matrix, so
-the policy's T is built here from three sources, best first:
+Users never hand over a full throughput matrix, so the policy's T is built
+here from these sources, best first:
 
 1. **Measurements** (`Measured`): what running jobs made, smoothed with an
    exponential moving average (alpha 0.25, as in Gavel's scheduler) and
@@ -26,8 +26,8 @@ the policy's T is built here from three sources, best first:
    its partial row is completed against the reference rows by low-rank matrix
    completion (`ReferenceSet.fingerprint`: the reference rows' factors come
    from `complete`, the partial row is folded in), and the nearest reference
-   row, scaled to the job's measurements, is the estimate (Quasar's technique
-   as the seed describes it).  Rows are normalized so that scale does not
+   row, scaled to the job's measurements, is the estimate (Quasar's technique,
+   as Gavel's paper adopts it).  Rows are normalized so that scale does not
    matter: solo throughputs as logs, centred per row; pair throughputs as a
    fraction of the model's own solo throughput on that type (Gavel's
    normalization).  Pair throughputs (space sharing) of two jobs come from
@@ -41,9 +41,9 @@ all-NaN row for a job that could run: with nothing known the row is 1.0 on
 every type (the heterogeneity-agnostic guess), and a row whose measured
 values are all 0 falls back to that too.
 
-`EstimatingThroughputs` is the `ThroughputSource` (lookup + record); it can
-keep its measurements in a store (SqliteStore, schema v3) across restarts and
-writes its current estimates there for `slurm-gavel throughputs show`.
+`EstimatingThroughputs` is a `ThroughputSource` (lookup, record, stale); it can
+keep its measurements in a `MeasurementStore` (the daemon's SQLite store) across
+restarts and writes its current estimates there for `slurm-gavel throughputs show`.
 `stale()` says that estimates the policy was given have changed materially
 since (the engine may then re-solve).  Pure numpy; no solver.
 """
@@ -52,11 +52,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..core.interfaces import MeasurementStore, ThroughputSource
 from ..core.throughputs import JobThroughputs
 from .table import ThroughputTable
 from .trust import Ceilings, DropLog, Trust, agreeing_users, within
@@ -381,7 +382,7 @@ class _Job:
     last_lookup: int = 0
 
 
-class EstimatingThroughputs:
+class EstimatingThroughputs(ThroughputSource):
     """A `ThroughputSource` that learns T from measurements and estimates the rest.
 
     reference: a table of models profiled offline (None: learn everything).
@@ -400,9 +401,8 @@ class EstimatingThroughputs:
         smoothed value but count as one sample and one round (a daemon that
         observes every few seconds: give it the round length; 0 = every
         `record` call is a round, as in the simulator).
-    store: keeps measurements across restarts and the current estimates
-        (`load_throughputs`, `save_throughputs`, `forget_job_throughputs`,
-        `save_estimates`; see SqliteStore).
+    store: a `MeasurementStore` (the daemon's SqliteStore): keeps measurements
+        across restarts and the current estimates.
     trust: what a report must pass (estimator/trust.py): reports above the
         ceiling are dropped; a model-level row learns from a job only when its
         user is trusted or enough users agree.  Default `Trust()`: every
@@ -415,7 +415,7 @@ class EstimatingThroughputs:
                  solo_weight: float = DEFAULT_SOLO_WEIGHT, method: str = "nearest",
                  leave_one_out: bool = False, share_across_jobs: bool = True,
                  neighbors: int = 1, sample_seconds: float = 0.0, stale_rounds: int = 3,
-                 default: float = DEFAULT_THROUGHPUT, store=None,
+                 default: float = DEFAULT_THROUGHPUT, store: MeasurementStore | None = None,
                  clock: Callable[[], float] = time.time, forget_after: int = 50,
                  trust: Trust | None = None):
         if method not in ("nearest", "completion"):
@@ -461,7 +461,7 @@ class EstimatingThroughputs:
             self._load(store)
 
     # -- persistence ----------------------------------------------------------------
-    def _load(self, store) -> None:
+    def _load(self, store: MeasurementStore) -> None:
         model_rows, job_rows = store.load_throughputs()
         dropped = 0
         for r in model_rows:

@@ -19,6 +19,7 @@ import numpy as np
 from ..core.errors import InputError
 from ..core.files import atomic_write
 from ..core.inputs import _number as checked_number
+from ..core.interfaces import ThroughputSource
 from ..core.throughputs import JobThroughputs
 
 UNCONSOLIDATED_SUFFIX = "_unconsolidated"
@@ -191,7 +192,7 @@ def _number(value, where) -> float:
     return checked_number(value, where, ">= 0")
 
 
-class TableThroughputs:
+class TableThroughputs(ThroughputSource):
     """Throughputs straight from a table, keyed by each job's (job_type, scale_factor)."""
 
     def __init__(self, table: ThroughputTable):

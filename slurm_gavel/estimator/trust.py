@@ -1,4 +1,4 @@
-"""How much the estimator believes what a job says about itself (issue 11).
+"""How much the estimator believes what a job says about itself.
 
 A job's throughput reports (its progress file, its ``speeds=`` hint) are
 written by its user.  Two rules keep a liar from fooling the scheduler:

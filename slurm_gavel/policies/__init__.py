@@ -59,7 +59,7 @@ ALIASES: dict[str, Alias] = {
     "max_sum_throughput_normalized_by_cost_packed_SLOs": Alias("min_cost_slo", space_sharing=True),
     # `allox` and `gandiva` are Gavel's names too; Gavel's `gandiva` always packs.
     "gandiva_packed": Alias("gandiva", space_sharing=True),
-    # Gavel's hierarchical policies (seed 4.5): entities, their weights and
+    # Gavel's hierarchical policies (water filling over entities): entities, their weights and
     # per-entity policies come from the input.
     "max_min_fairness_water_filling": Alias("hierarchical"),
     "max_min_fairness_water_filling_perf": Alias("hierarchical"),

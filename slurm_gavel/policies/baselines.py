@@ -3,10 +3,10 @@
 * `Isolated`: every job gets 1/n of each type (the sharing-incentive reference).
 * `AlloX` (Le et al., EuroSys '20): minimize average job completion time on
   heterogeneous GPUs with a min-cost matching of jobs to (type, queue position)
-  slots.  Gavel's "best case" baseline for average JCT (seed 5.5, 7.7).
+  slots.  Gavel's "best case" baseline for average JCT.
 * `Gandiva` (Xiao et al., OSDI '18) as Gavel's ad-hoc space-sharing baseline:
   heterogeneity-agnostic equal time shares, with random pairs of jobs packed
-  onto one GPU when that is seen to help (seed 6.2, 7.3).
+  onto one GPU when that is seen to help.
 """
 from __future__ import annotations
 
@@ -196,7 +196,7 @@ class AlloX:
 # -- Gandiva ----------------------------------------------------------------------
 
 class Gandiva:
-    """Gandiva-style ad-hoc space sharing, as Gavel's baseline (seed 6.2, 7.3).
+    """Gandiva-style ad-hoc space sharing, as Gavel's baseline for space sharing.
 
     Heterogeneity-agnostic.  When the jobs ask for no more GPUs than the
     cluster has (sum of scale factors <= total GPUs), there is no packing.

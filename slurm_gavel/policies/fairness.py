@@ -23,7 +23,7 @@ class MaxMinFairness(MaxMinPolicy):
 
         maximize_X  min_m  throughput(m, X) / (w_m * throughput(m, X_isolated))
 
-    The seed writes this with equal *time* shares and a factor scale_factor_m;
+    Gavel's paper writes this with equal *time* shares and a factor scale_factor_m;
     an equal GPU share gives a job of scale factor s 1/s of that time, so the
     two are the same objective.  X_isolated is feasible with value 1 for every
     job, which is the sharing-incentive guarantee.

@@ -1,4 +1,4 @@
-"""Hierarchical policies by water filling (seed 4.5).
+"""Hierarchical policies by water filling (Gavel's hierarchical max-min fairness).
 
 Entities (users, teams; `PolicyInput.entities`) share the cluster by weighted
 max-min fairness with weights `entity_weights` (default 1).  Inside an entity
@@ -6,8 +6,8 @@ the share goes to its jobs by the entity's own policy (`entity_policies`):
 
 * ``fairness`` (default): the entity weight is split over the entity's jobs
   that are not yet bottlenecked, in proportion to the jobs' own
-  `PolicyInput.weights` (equal split when all job weights are 1, as in the
-  seed; a job of weight 2 gets twice its sibling's share).
+  `PolicyInput.weights` (equal split when all job weights are 1, as in
+  Gavel; a job of weight 2 gets twice its sibling's share).
 * ``fifo``: the whole entity weight goes to the earliest-arrived job (by
   `PolicyInput.arrival_order`) that is not yet bottlenecked; later jobs have
   weight 0 until every earlier one is bottlenecked.  Job weights are ignored.

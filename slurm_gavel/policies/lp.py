@@ -171,7 +171,8 @@ class LinearPolicy:
         started = time.perf_counter()
         if inp.n_jobs == 0:
             return Allocation(inp.job_ids, inp.worker_types, np.zeros((0, inp.n_types)), self.name)
-        # Pairs that can never help (seed 6.2) go first; that loses nothing.
+        # Pairs that can never help (sharing is no better than taking turns on any type)
+        # go first: they could only get a share of 0, so that loses nothing.
         work = prune_pairs(inp, per_job=None) if inp.n_pairs else inp
         # The policy's numbers, computed once: per job, and per rate.
         params, rates = self.parameters(work), self.rates(work)

@@ -8,7 +8,7 @@ from .lp import MaxSumPolicy
 
 
 class Fifo(MaxSumPolicy):
-    """First in, first out, heterogeneity-aware (seed Table 1).
+    """First in, first out, heterogeneity-aware (Gavel's FIFO as a max-sum objective).
 
         maximize_X sum_m (n - rank_m) * throughput(m, X) / fastest_m
 

@@ -5,7 +5,7 @@ of jobs, worker types, scale factors, pair rows, and how many identical jobs a
 row stands for) and exposes vector expressions over all jobs:
 
 * ``throughput``  -- effective throughput of every job, steps/s
-  (seed 1.2 and 1.3: single rows plus both members' share of pair rows);
+  (its single row plus its share of every pair row it is a member of);
 * ``time``        -- total time share of every job (constraint 2);
 * ``gpus``        -- GPUs used per type (constraint 3).
 
@@ -186,8 +186,8 @@ class AllocationProgram:
         marginal values (cvxpy reports them as improvement per unit, for
         maximization and minimization alike), its reduced cost is
             sum_rates (pi_a R_a + pi_b R_b) - alpha_a - alpha_b - sf * beta_j;
-        a positive one would improve the objective (seed 6.2: "only pairs
-        that perform well need rows", made exact).
+        a positive one would improve the objective (a pair row with a
+        reduced cost <= 0 would get no share, so it needs no row).
         """
         a, b = pair_jobs[:, 0], pair_jobs[:, 1]
         alpha = np.asarray(self.time_limit.dual_value).reshape(-1)

@@ -1,8 +1,9 @@
-"""Which job pairs get rows in the allocation LP (seed 1.3 and 6.2).
+"""Which job pairs get rows in the allocation LP.
 
 With n jobs there are n(n-1)/2 pairs, and a row per pair and type makes the
-LP quadratic in n (Gavel's dense pair matrix needs 48 GiB at 2048 jobs).  The
-seed notes that only pairs that perform well need rows.  Two cuts:
+LP quadratic in n (Gavel's dense pair matrix needs 48 GiB at 2048 jobs).  Only
+pairs that run better together than one after the other can ever get a share,
+so only those need rows.  Two cuts:
 
 1. Exact: a pair whose combined normalized throughput on a type,
    T_pair_a / T_a + T_pair_b / T_b, is at most 1 is dominated there: running

@@ -18,12 +18,10 @@ results; `summarize()` turns them into the numbers the paper reports.
 """
 from __future__ import annotations
 
-import itertools
 import math
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -32,7 +30,8 @@ from ..core.clock import SimulatedClock
 from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
-from ..core.mechanism import Assignment, RoundPlan, Server
+from ..core.interfaces import Backend
+from ..core.plan import Assignment, RoundPlan, Server
 from ..core.recompute import Delayed, Immediate
 from ..core.store import MemoryStore
 from ..estimator.table import TableThroughputs
@@ -104,7 +103,7 @@ class JobResult:
         return self.finish - self.arrival
 
 
-class SimulatedCluster:
+class SimulatedCluster(Backend):
     """A backend whose jobs advance on the clock at table throughputs."""
 
     def __init__(self, jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int],
@@ -397,7 +396,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     `restart_seconds` is charged at each start and resume and told to the
     mechanism (`checkpoint_seconds` is its old name); `hysteresis` and
     `move_hysteresis` (in rounds) and `work_conserving` set the mechanism's
-    churn and idle-GPU rules (core/engine.py, core/mechanism.py Churn).
+    churn and idle-GPU rules (core/engine.py, core/ledger.py Churn).
     `mid_round_starts`: a job that arrives during a round starts at once on
     GPUs that are idle (Engine.start_arrivals) instead of at the next round.
     `max_pair_gpus`: with space sharing, pair only jobs of at most that many GPUs each
@@ -409,10 +408,10 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     clock = SimulatedClock(0.0)
     # `throughputs`: what the policy is told (default: the table itself, an
     # oracle); the jobs always run at the table's rates.  A source that learns
-    # (has `record`) is fed what each running job made, every round.
+    # (`learns`: it implements `record`) is fed what each running job made, every round.
     source = throughputs if throughputs is not None else TableThroughputs(table)
     backend = SimulatedCluster(jobs, table, cluster, clock, gpus_per_node, restart_seconds,
-                               measure=hasattr(source, "record"), max_pair_gpus=max_pair_gpus)
+                               measure=source.learns, max_pair_gpus=max_pair_gpus)
     allocator = Delayed(policy, solver_delay) if solver_delay > 0 else Immediate(policy)
     store = MemoryStore(keep_rounds=False)
     try:

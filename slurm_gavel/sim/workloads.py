@@ -3,7 +3,7 @@
 This module owns the simulated jobs that feed the policies: `TraceJob` with `read_trace` /
 `write_trace` for Gavel's 10-field tab-separated trace format (`read_trace`
 also reads the older 7-field layout of Gavel's Philly-derived traces), the synthetic
-trace generators (`generate_trace`: ours, after seed section 2.2, and
+trace generators (`generate_trace`: ours, Gavel's recipe with our own random streams, and
 `generator="gavel"`, which draws exactly the jobs Gavel's own simulator draws
 for a seed), and `policy_input`,
 which turns a trace at a moment in time into a `PolicyInput` (throughputs
@@ -164,7 +164,7 @@ def write_trace(path, jobs: Sequence[TraceJob]) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Synthetic traces (seed 2.2)
+# Synthetic traces (Gavel's continuous workloads)
 # ---------------------------------------------------------------------------
 SCALE_FACTORS = (1, 2, 4, 8)
 SCALE_FACTOR_PROBS = (0.7, 0.1, 0.15, 0.05)

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..core.mechanism import Placement
+from ..core.plan import Placement
 from .records import SlurmJob, SlurmNode
 
 _SIMPLE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-]+(?:[&,][A-Za-z0-9_.\-]+)*$")

@@ -10,7 +10,7 @@ import numpy as np
 from slurm_gavel.cli import main
 from slurm_gavel.cli.explain import text
 from slurm_gavel.core.backend import JobState, Observation, Server, Usage
-from slurm_gavel.core.mechanism import Assignment
+from slurm_gavel.core.plan import Assignment
 from slurm_gavel.core.model import Allocation
 from slurm_gavel.daemon.store import SqliteStore
 from slurm_gavel.daemon.views import explain

@@ -29,7 +29,8 @@ from typing import Callable, Mapping
 
 from ...core.backend import Departure, JobState, Observation
 from ...core.errors import InputError
-from ...core.mechanism import Assignment, RoundPlan, Server
+from ...core.interfaces import Backend
+from ...core.plan import Assignment, RoundPlan, Server
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
 from ..feasibility import accepts
 from ..flags import from_admin_comment
@@ -52,7 +53,7 @@ log = logging.getLogger("slurm_gavel.slurm")
 UNKNOWN_MODEL = "unknown"
 
 
-class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit):
+class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, Backend):
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | TypeMap | None = None,

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
-from ...core.mechanism import Assignment, Placement
+from ...core.plan import Assignment, Placement
 from ..feasibility import judge
 from ..flags import admin_flags, admin_status, with_status
 from ..records import SlurmJob

@@ -24,7 +24,7 @@ import logging
 from dataclasses import replace
 
 from ...core.errors import GavelError
-from ...core.mechanism import Assignment, RoundPlan
+from ...core.plan import Assignment, RoundPlan
 from ..records import SlurmJob
 from .holds import unheld
 from .pairs.placing import unplaced_shard_nodes

@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Collection, Mapping
 
-from ...core.mechanism import Assignment, RoundPlan
+from ...core.plan import Assignment, RoundPlan
 from ..commands import SlurmCommandError, ended_jobs
 from ..records import SlurmJob
 from .pairs.sharing import partner

@@ -19,7 +19,7 @@ import logging
 import time
 from typing import Collection, Mapping
 
-from ....core.mechanism import Assignment
+from ....core.plan import Assignment
 from ...commands import SlurmCLI
 from ...records import SlurmJob, parse_jobs
 from ..snapshot import Snapshot

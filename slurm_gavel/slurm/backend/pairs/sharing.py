@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Mapping
 
 from ....core.backend import Usage
 from ....core.errors import GavelError
-from ....core.mechanism import Assignment, RoundPlan
+from ....core.plan import Assignment, RoundPlan
 from ...records import SlurmJob, SlurmNode, index_list, socket_bound
 from ..snapshot import Snapshot, id_order
 from .multi import Request, Requests, allowed_pair_gpus, pair_fields, restore_fields, version_text
