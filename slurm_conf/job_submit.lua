@@ -586,7 +586,9 @@ end
 --     and a shell does not pass it on to the command it waits for;
 --   * torchrun (or python -m torch.distributed.run/launch) started directly: it
 --     exits on the signal without waiting for its ranks, which are orphaned and
---     keep training on GPUs already given to another job.
+--     keep training on GPUs already given to another job;
+--   * accelerate launch started directly: it does not pass the signal on either
+--     (its wrapper, python -m slurm_gavel.job.accelerate launch, does).
 -- A script that sets its own `trap` is taken to pass the signal on itself.
 -- Only line numbers are echoed, never the script's text.
 local LAUNCHERS = {
@@ -631,8 +633,12 @@ local function starts_torchrun(words, from)
     return false
 end
 
+local function starts_accelerate(words, from)
+    return basename(words[from] or "") == "accelerate" and words[from + 1] == "launch"
+end
+
 local function script_warnings(script)
-    local torchrun_line, last, last_exec, last_word = nil, nil, false, nil
+    local torchrun_line, accelerate_line, last, last_exec, last_word = nil, nil, nil, false, nil
     local has_trap, continued, n = false, false, 0
     for line in string.gmatch(script, "([^\n]*)\n?") do
         n = n + 1
@@ -653,6 +659,9 @@ local function script_warnings(script)
             if torchrun_line == nil and starts_torchrun(words, i) then
                 torchrun_line = n
             end
+            if accelerate_line == nil and starts_accelerate(words, i) then
+                accelerate_line = n
+            end
             last, last_exec, last_word = n, exec, word
         end
     end
@@ -661,6 +670,12 @@ local function script_warnings(script)
         warnings[#warnings + 1] = "gavel warning: line " .. torchrun_line .. " starts torchrun "
             .. "directly: on preemption torchrun exits without waiting for its ranks, which keep "
             .. "running; start it as `exec slurm-gavel run -- torchrun ...` (docs/torchrun.md)"
+    end
+    if accelerate_line ~= nil then
+        warnings[#warnings + 1] = "gavel warning: line " .. accelerate_line .. " starts "
+            .. "accelerate launch directly: it does not pass the preemption signal to its "
+            .. "processes, which are killed or orphaned; start it as `exec python -m "
+            .. "slurm_gavel.job.accelerate launch ...` (docs/accelerate.md)"
     end
     if last ~= nil and not last_exec and not has_trap
             and (LAUNCHERS[last_word] or is_python(last_word or "")) then

@@ -8,7 +8,9 @@ work at the first preemption:
   and a shell does not pass it on to the command it is waiting for;
 * ``torchrun`` (or ``python -m torch.distributed.run``/``launch``) started
   directly: it exits on the signal without waiting for its ranks, which are
-  orphaned and keep training on GPUs already given to another job.
+  orphaned and keep training on GPUs already given to another job;
+* ``accelerate launch`` started directly: it does not pass the signal on either
+  (its wrapper, ``python -m slurm_gavel.job.accelerate launch``, does).
 
 A script that sets a ``trap`` is taken to pass the signal on itself.
 
@@ -31,6 +33,9 @@ _PYTHON = re.compile(r"python[0-9.]*\Z")
 TORCHRUN = ("gavel warning: line {line} starts torchrun directly: on preemption torchrun exits "
             "without waiting for its ranks, which keep running; start it as "
             "`exec slurm-gavel run -- torchrun ...` (docs/torchrun.md)")
+ACCELERATE = ("gavel warning: line {line} starts accelerate launch directly: it does not pass "
+              "the preemption signal to its processes, which are killed or orphaned; start it "
+              "as `exec python -m slurm_gavel.job.accelerate launch ...` (docs/accelerate.md)")
 NO_EXEC = ("gavel warning: line {line} starts the training without exec: the preemption signal "
            "reaches only the batch shell, which does not pass it on, so the job cannot save a "
            "checkpoint; write `exec` before the command (e.g. exec python train.py)")
@@ -62,9 +67,14 @@ def _starts_torchrun(words: list[str], at: int) -> bool:
     return False
 
 
+def _starts_accelerate(words: list[str], at: int) -> bool:
+    return (at + 1 < len(words) and _basename(words[at]) == "accelerate"
+            and words[at + 1] == "launch")
+
+
 def warnings(script: str) -> list[str]:
     """The preemption mistakes in a batch script's text, one message each."""
-    torchrun_line = last = None
+    torchrun_line = accelerate_line = last = None
     last_exec, last_word, has_trap, continued = False, "", False, False
     lines = script.split("\n")
     if lines and lines[-1] == "":
@@ -83,14 +93,18 @@ def warnings(script: str) -> list[str]:
             has_trap = True
         if torchrun_line is None and _starts_torchrun(words, at):
             torchrun_line = n
+        if accelerate_line is None and _starts_accelerate(words, at):
+            accelerate_line = n
         last, last_exec, last_word = n, exec_, word
     found = []
     if torchrun_line is not None:
         found.append(TORCHRUN.format(line=torchrun_line))
+    if accelerate_line is not None:
+        found.append(ACCELERATE.format(line=accelerate_line))
     if (last is not None and not last_exec and not has_trap
             and (last_word in LAUNCHERS or _is_python(last_word))):
         found.append(NO_EXEC.format(line=last))
     return found
 
 
-__all__ = ["LAUNCHERS", "NO_EXEC", "TORCHRUN", "warnings"]
+__all__ = ["ACCELERATE", "LAUNCHERS", "NO_EXEC", "TORCHRUN", "warnings"]

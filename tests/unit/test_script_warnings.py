@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gavel.slurm.scriptcheck import NO_EXEC, TORCHRUN, warnings
+from slurm_gavel.slurm.scriptcheck import ACCELERATE, NO_EXEC, TORCHRUN, warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "slurm_conf" / "job_submit.lua"
@@ -18,6 +18,7 @@ DRIVER = ROOT / "tests" / "lua" / "driver.lua"
 
 NOEXEC = "no-exec"
 TORCH = "torchrun"
+ACCEL = "accelerate"
 # (script, [(kind, line), ...])
 CASES = [
     ("#!/bin/bash\npython train.py\n", [(NOEXEC, 2)]),
@@ -35,8 +36,10 @@ CASES = [
     ("#!/bin/bash\n#SBATCH --requeue\n# python train.py\n\n  \texec srun python x.py  \n", []),
     ("#!/bin/bash\nsrun python x.py\necho finished\n", []),          # last command: echo
     ("#!/bin/bash\ntrap 'kill -USR2 $p' USR2\nsrun python x.py & p=$!\nwait $p\n", []),
-    ("#!/bin/bash\naccelerate launch train.py\n", [(NOEXEC, 2)]),
-    ("#!/bin/bash\nexec accelerate launch train.py\n", []),
+    ("#!/bin/bash\naccelerate launch train.py\n", [(ACCEL, 2), (NOEXEC, 2)]),
+    ("#!/bin/bash\nexec accelerate launch --num_processes 2 train.py\n", [(ACCEL, 2)]),
+    ("#!/bin/bash\nexec python -m slurm_gavel.job.accelerate launch train.py\n", []),
+    ("#!/bin/bash\nexec accelerate config\n", []),
     ("#!/bin/sh\n# This script was created by sbatch --wrap.\n\nsleep 300\n", []),
     ("#!/bin/sh\n# This script was created by sbatch --wrap.\n\npython3 -u t.py\n", [(NOEXEC, 4)]),
     ("", []),
@@ -50,7 +53,8 @@ CASES = [
 
 
 def expected(found):
-    return [(TORCHRUN if kind == TORCH else NO_EXEC).format(line=line) for kind, line in found]
+    text = {TORCH: TORCHRUN, ACCEL: ACCELERATE, NOEXEC: NO_EXEC}
+    return [text[kind].format(line=line) for kind, line in found]
 
 
 @pytest.mark.parametrize("script,found", CASES)
@@ -79,3 +83,11 @@ def test_the_messages_echo_no_script_text():
     evil = "#!/bin/bash\n\x1b[31mpython $(reboot) `id`\n"
     for message in warnings(evil):
         assert "\x1b" not in message and "reboot" not in message and "`id`" not in message
+
+
+def test_every_shipped_job_script_keeps_the_protocol():
+    scripts = sorted([*ROOT.glob("examples/*/*.sbatch"), *ROOT.glob("job_templates/*.sbatch"),
+                      *ROOT.glob("job_templates/*/*.sbatch"), *ROOT.glob("examples/jobs/*.sh")])
+    assert len(scripts) >= 10
+    assert {str(p.relative_to(ROOT)): warnings(p.read_text()) for p in scripts} == \
+        {str(p.relative_to(ROOT)): [] for p in scripts}
