@@ -19,21 +19,11 @@ TIERS = ("unit", "cluster")
 HERE = Path(__file__).resolve().parent
 
 
-# Cluster modules that must share a pytest-xdist worker: they run commands as another user,
-# opening (and then closing again) the traversal of the worker's private temporary root.
-OTHER_USERS = {"test_job_submit.py", "test_hold_status.py", "test_devcluster.py"}
-
-
 def pytest_collection_modifyitems(items):
     for item in items:
         parts = Path(str(item.path)).resolve().relative_to(HERE).parts
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
-        if parts[:1] == ("cluster",):
-            # Under `-n N --dist loadgroup` a cluster module runs whole on one worker, so that
-            # its module-scoped clusters start once; the session clusters start once per worker.
-            group = "other-users" if item.path.name in OTHER_USERS else item.path.stem
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,14 @@ The cases of tests/unit/test_accepted_types.py that need a real Slurm cluster.
 """
 from __future__ import annotations
 
+import json
+import re
+import time
+
+from slurm_gavel.slurm.queue import main as gqueue
+
+from tests.support.daemon import queue, segments, start_daemon, stop_daemon, submit, write_config
+
 
 def _read(path):
     return path.read_text() if path.exists() else ""
