@@ -5,7 +5,7 @@
 # tests/cluster (real local Slurm clusters, tests/cluster/conftest.py).
 #
 # With no arguments: the unit tier on two processes (pytest-xdist), then the cluster tier on
-# this host's Slurm, then the tests marked `slurm24` again on Slurm 24.11
+# this host's Slurm, then its tests marked `slurm24` again on Slurm 24.11
 # (tools/slurm-chroot.sh: a Debian 13 root, built once), so that what differs between Slurm
 # versions is tested on both and what needs 23.11+ is not skipped.
 # --fast: the unit tier only, on two processes: a few minutes, no Slurm needed.
@@ -31,7 +31,8 @@ if [ $# -gt 0 ]; then
     python -m pytest "$@" || rc=$?
 else
     want24="${GAVEL_SLURM24:-1}"
-    args=(-m slurm24)
+    # The unit tier runs no Slurm: the version cannot change its results.
+    args=(-m slurm24 tests/cluster)
     # Unit tests share nothing and run side by side; cluster tests share the session's clusters
     # (and the machine's two cores with them), so they run one at a time.
     python -m pytest "${parallel[@]}" tests/unit || rc=$?
