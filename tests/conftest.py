@@ -1,8 +1,10 @@
 """Fixtures both tiers share, and the tier marks.
 
-A test's tier is its directory: tests/unit (no Slurm, seconds each) and tests/cluster (a real
-local Slurm cluster; its fixtures are in tests/cluster/conftest.py). Each test gets the mark
-of its tier (`unit` or `cluster`), so `-m unit` selects the same tests as `tests/unit`.
+A test's tier is its directory: tests/unit (no Slurm, seconds each), tests/integration (no
+Slurm, but whole processes that take minutes of CPU: real training runs, wheels built and
+installed into fresh venvs) and tests/cluster (a real local Slurm cluster; its fixtures are in
+tests/cluster/conftest.py). Each test gets the mark of its tier (`unit`, `integration` or
+`cluster`), so `-m unit` selects the same tests as `tests/unit`.
 The helpers that are not fixtures are in tests/support.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from tests.support.engine import small_table
 from tests.support.lua import LUAS, no_lua
 
-TIERS = ("unit", "cluster")
+TIERS = ("unit", "integration", "cluster")
 HERE = Path(__file__).resolve().parent
 
 

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Install everything the tests need (a venv with the package) and run them.
 #
-# The tests come in two tiers, one folder each: tests/unit (no Slurm, seconds each) and
+# The tests come in three tiers, one folder each: tests/unit (no Slurm, seconds each),
+# tests/integration (no Slurm; training runs and venv installs, minutes of CPU) and
 # tests/cluster (real local Slurm clusters, tests/cluster/conftest.py).
 #
-# With no arguments: the unit tier on two processes (pytest-xdist), then the cluster tier on
-# this host's Slurm, then its tests marked `slurm24` again on Slurm 24.11
+# With no arguments: the unit and integration tiers on two processes (pytest-xdist), then the
+# cluster tier on this host's Slurm, then its tests marked `slurm24` again on Slurm 24.11
 # (tools/slurm-chroot.sh: a Debian 13 root, built once), so that what differs between Slurm
 # versions is tested on both and what needs 23.11+ is not skipped.
 # --fast: the unit tier only, on two processes: a few minutes, no Slurm needed.
 # With other arguments: they go to pytest, on this host only (GAVEL_SLURM24=1 adds the 24.11
 # pass with the same arguments). GAVEL_SLURM24=0 leaves the 24.11 pass out.
-# GAVEL_TEST_PROCESSES sets the unit tier's processes (default 2; 0: one process, no xdist).
+# GAVEL_TEST_PROCESSES sets the processes of the unit and integration tiers (default 2; 0: one
+# process, no xdist).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/tools/setup-env.sh"
@@ -33,9 +35,9 @@ else
     want24="${GAVEL_SLURM24:-1}"
     # The unit tier runs no Slurm: the version cannot change its results.
     args=(-m slurm24 tests/cluster)
-    # Unit tests share nothing and run side by side; cluster tests share the session's clusters
-    # (and the machine's two cores with them), so they run one at a time.
-    python -m pytest "${parallel[@]}" tests/unit || rc=$?
+    # Unit and integration tests share nothing and run side by side; cluster tests share the
+    # session's clusters (and the machine's two cores with them), so they run one at a time.
+    python -m pytest "${parallel[@]}" tests/unit tests/integration || rc=$?
     python -m pytest tests/cluster || rc=$?
 fi
 if [ "$want24" = 1 ]; then

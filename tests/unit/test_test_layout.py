@@ -1,6 +1,7 @@
 """The tests' own layout: every test module in its tier's folder, helpers only from tests/support.
 
-tests/unit needs no Slurm; tests/cluster needs a real local cluster (its fixtures are in
+tests/unit needs no Slurm; tests/integration needs none either but runs whole processes for
+minutes (training, venvs); tests/cluster needs a real local cluster (its fixtures are in
 tests/cluster/conftest.py). A test module imports helpers from tests.support, never from
 another test module or a conftest: those imports made a module's tests depend on which other
 modules pytest had collected, and hid the helpers' owners.
@@ -11,7 +12,7 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-TIERS = ("unit", "cluster")
+TIERS = ("unit", "integration", "cluster")
 # What only a real cluster gives: a unit test that names one belongs in tests/cluster.
 CLUSTER_ONLY = ("running_cluster", "require_slurm", "slurm_cluster", "slurm_shard_cluster",
                 "slurm_accounting_cluster", "DevCluster")
@@ -49,7 +50,7 @@ def forbidden_imports(path: Path) -> list[str]:
 def test_every_test_module_is_in_a_tier_folder():
     stray = [str(p.relative_to(TESTS)) for p in all_test_modules() if p.parent.name not in TIERS
              or p.parent.parent != TESTS]
-    assert not stray, f"test modules outside tests/unit and tests/cluster: {stray}"
+    assert not stray, f"test modules outside the tier folders {TIERS}: {stray}"
     names = [p.name for p in all_test_modules()]
     twice = sorted({n for n in names if names.count(n) > 1})
     assert not twice, f"one module name in two tiers (pytest imports them by name): {twice}"
@@ -78,7 +79,8 @@ def cluster_names(path: Path) -> set[str]:
     return names & set(CLUSTER_ONLY)
 
 
-def test_a_unit_module_asks_for_no_cluster():
-    found = {p.name: sorted(cluster_names(p)) for p in sorted((TESTS / "unit").glob("test_*.py"))
+def test_a_unit_or_integration_module_asks_for_no_cluster():
+    found = {p.name: sorted(cluster_names(p))
+             for p in sorted([*(TESTS / "unit").glob("test_*.py"), *(TESTS / "integration").glob("test_*.py")])
              if p != Path(__file__).resolve()}
     assert not {k: v for k, v in found.items() if v}, "these belong in tests/cluster"
