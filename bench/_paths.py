@@ -1,19 +1,7 @@
-"""Where the bench scripts find Gavel's data files (not part of the project).
-
-Beside the repository (`../shared/data/gavel`, where CI has it), or beside a
-worktree's parent (`../../shared/...`, for a checkout under a folder of worktrees).
-"""
+"""Where the bench scripts find Gavel's data files: the copy shipped in the package
+(slurm_gavel/estimator/data/gavel, with its MIT notice)."""
 from __future__ import annotations
 
-from pathlib import Path
+from slurm_gavel.estimator.gavel_data import gavel_data
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def gavel_data(name: str) -> Path:
-    """The first existing `shared/data/gavel/NAME` beside the repository, else the usual path."""
-    for base in (ROOT.parent, ROOT.parent.parent):
-        path = base / "shared" / "data" / "gavel" / name
-        if path.exists():
-            return path
-    return ROOT.parent / "shared" / "data" / "gavel" / name
+__all__ = ["gavel_data"]

@@ -27,8 +27,8 @@ measurement noise).
     python bench/figure16.py --seeds 1 --csv s1.csv        # one seed at a time, then
     python bench/figure16.py --from-csv s0.csv,s1.csv,s2.csv --plot fig16.png    # the table from them
 
-The throughput file is not part of the project: pass --throughputs, or keep
-the default path of this workspace (../shared/data/gavel/...).
+Gavel's throughput table ships in the package (slurm_gavel.estimator.gavel_data);
+--throughputs picks another.
 """
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-DEFAULT_THROUGHPUTS = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+from slurm_gavel.estimator.gavel_data import gavel_data  # noqa: E402
+
+DEFAULT_THROUGHPUTS = gavel_data("simulation_throughputs.json")
 
 VARIANTS = ("no-ss", "oracle", "estimated", "estimated-per-job")
 CLUSTER = {"v100": 4, "p100": 4, "k80": 4}

@@ -11,8 +11,8 @@ each other) and with the dual simplex forced.  Printed: microseconds a solve
 
     python bench/highs_options.py --window 1000:1500
 
-The throughput file is not part of the project: pass --throughputs, or keep
-this workspace's default (../shared/data/gavel/...).
+Gavel's throughput table ships in the package (slurm_gavel.estimator.gavel_data);
+--throughputs picks another.
 """
 from __future__ import annotations
 

@@ -15,9 +15,8 @@ depend on the machine's load (printed).
     python bench/pareto_stage.py --window 1000:1500 --multi-gpu --gpus-per-node 36
     python bench/pareto_stage.py --window 1000:1500 --no-pareto    # the run without the stage
 
-The throughput file is not part of the project: pass --throughputs, or keep
-this workspace's default (../shared/data/gavel/..., or ../../shared/... from
-a worktree).
+Gavel's throughput table ships in the package (slurm_gavel.estimator.gavel_data);
+--throughputs picks another.
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ against the LP with every undominated pair ("exact") where that one fits.
     python bench/policy_scaling.py                       # all, 32..8192 jobs
     python bench/policy_scaling.py --sizes 32 128 --policies max_min_fairness
 
-The throughput file is not part of the project: pass --throughputs, or keep
-the default path of this workspace (../shared/data/gavel/...).
+Gavel's throughput table ships in the package (slurm_gavel.estimator.gavel_data);
+--throughputs picks another.
 """
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_THROUGHPUTS = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
+sys.path.insert(0, str(ROOT))
+from slurm_gavel.estimator.gavel_data import gavel_data  # noqa: E402
+
+DEFAULT_THROUGHPUTS = gavel_data("simulation_throughputs.json")
 TYPES = ("v100", "p100", "k80")
 RUNS = [("max_min_fairness", False), ("max_min_fairness", True),
         ("finish_time_fairness", False), ("makespan", False)]

@@ -15,8 +15,8 @@ machine is noisy: read ratios within one run of this script.
     python bench/simulate.py                    # the full 5000-job runs (a few minutes)
     python bench/simulate.py --window 800:1000  # smaller, for a quick look
 
-The throughput file is not part of the project: pass --throughputs, or keep
-the default path of this workspace (../shared/data/gavel/...).
+Gavel's throughput table ships in the package (slurm_gavel.estimator.gavel_data);
+--throughputs picks another.
 
 Before and after a change (`--versions`): the same `slurm-gavel simulate`
 command run on each source tree given (e.g. a `git worktree` of main and this
@@ -47,13 +47,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-# the workspace's shared data: beside the repository (/work/main) or two up (a worktree /work/wt/NAME)
-DEFAULT_THROUGHPUTS = next(
-    (p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared")
-     if (p / "data" / "gavel" / "simulation_throughputs.json").exists()),
-    ROOT.parent / "shared") / "data" / "gavel" / "simulation_throughputs.json"
-
+from slurm_gavel.estimator.gavel_data import gavel_data  # noqa: E402
 from slurm_gavel.sim.experiments import RunConfig, run, sweep  # noqa: E402
+
+DEFAULT_THROUGHPUTS = gavel_data("simulation_throughputs.json")
 
 
 def _load() -> str:

@@ -1,122 +1,44 @@
-"""Shared fixtures.
+"""Fixtures both tiers share, and the tier marks.
 
-`slurm_cluster`: one real local Slurm cluster (slurm_gavel.devcluster) for the whole
-session: 3 GPU types x 2 nodes x 4 fake GPUs, the repository's job_submit.lua when
-present, random free ports.  Skipped where Slurm is missing or we are not root,
-except under CI (the CI variable set), where that is a failure: CI must run them.
-
-`slurm_shard_cluster`: a small cluster with gres/shard on every GPU (space sharing), started
-only when a test asks for it.
-
-`slurm_accounting_cluster`: a second, smaller cluster with accounting (its own MariaDB and
-slurmdbd; sacct, sacctmgr, associations enforced), started only when a test asks for it.
+A test's tier is its directory: tests/unit (no Slurm, seconds each), tests/integration (no
+Slurm, but whole processes that take minutes of CPU: real training runs, wheels built and
+installed into fresh venvs) and tests/cluster (a real local Slurm cluster; its fixtures are in
+tests/cluster/conftest.py). Each test gets the mark of its tier (`unit`, `integration` or
+`cluster`), so `-m unit` selects the same tests as `tests/unit`.
+The helpers that are not fixtures are in tests/support.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import time
+from pathlib import Path
 
 import pytest
 
-from slurm_gavel.devcluster import (DEFAULT_TYPES, DevCluster,
-                                          accounting_unavailable_reason, default_job_submit_lua,
-                                          node_list, pick_ports, unavailable_reason)
-from slurm_gavel.slurm.commands import PARTITION_TRIES, transient_update_error
+from tests.support.engine import small_table
+from tests.support.lua import LUAS, no_lua
+
+TIERS = ("unit", "integration", "cluster")
+HERE = Path(__file__).resolve().parent
 
 
-def move_job(run, job, partition, **kw):
-    """`scontrol update jobid=JOB partition=P` through `run(args, check=False, **kw)`,
-    retried like SlurmCLI.update: Slurm 24.11 without accounting refuses it at random
-    with a stale errno (see slurm_gavel.slurm.commands.PARTITION_TRIES)."""
-    args = ["scontrol", "update", f"jobid={job}", f"partition={partition}"]
-    for attempt in range(PARTITION_TRIES):
-        result = run(args, check=False, **kw)
-        if result.returncode == 0 or not transient_update_error(result.stderr or ""):
-            break
-        time.sleep(0.05 * (attempt + 1))
-    assert result.returncode == 0, f"{' '.join(args)}: {result.stderr}"
-    return result
+def pytest_collection_modifyitems(items):
+    for item in items:
+        parts = Path(str(item.path)).resolve().relative_to(HERE).parts
+        if parts and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def require_slurm(accounting: bool = False):
-    """Skip (fail under CI) when a local Slurm cluster (with accounting) cannot run here."""
-    reason = accounting_unavailable_reason() if accounting else unavailable_reason()
-    if reason:
-        if in_ci():
-            pytest.fail(f"CI must run the Slurm tests, but: {reason}", pytrace=False)
-        pytest.skip(f"needs a local Slurm cluster: {reason}")
-
-
-def require_slurm_version(at_least: tuple, why: str):
-    """Skip when this host's Slurm is older than `at_least`: tools/test.sh runs the tests
-    marked `slurm24` again on Slurm 24.11 (tools/slurm-chroot.sh), where this must not skip,
-    so there (GAVEL_NEWER_SLURM set) an older Slurm is a failure."""
-    from slurm_gavel.devcluster import slurm_version
-    from slurm_gavel.slurm.backend.pairs.multi import version_text
-    version = slurm_version()
-    if version[:len(at_least)] < tuple(at_least):
-        text = version_text(version)
-        if os.environ.get("GAVEL_NEWER_SLURM"):
-            pytest.fail(f"the Slurm 24.11 pass runs Slurm {text}, but {why}", pytrace=False)
-        pytest.skip(f"{why}; this is Slurm {text} (tools/test.sh runs it on 24.11)")
-
-
-@contextlib.contextmanager
-def running_cluster(directory, types, **kw):
-    """A DevCluster of `types` in `directory` on random free ports in 20000-30000 (never the
-    defaults of `slurm-gavel cluster up`), up for the block and stopped after it."""
-    ctld_port, slurmd_port = pick_ports(len(node_list(types)))
-    cluster = DevCluster(directory, types, ctld_port=ctld_port, slurmd_port=slurmd_port, **kw)
-    cluster.up()          # cleans up after itself when it fails
-    try:
-        yield cluster
-    finally:
-        cluster.down()
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    require_slurm()
-    with running_cluster(tmp_path_factory.mktemp("slurm"), DEFAULT_TYPES,
-                         job_submit_lua=default_job_submit_lua()) as cluster:
-        yield cluster
-
-
-ACCOUNTING_TYPES = {"v100": (1, 4), "k80": (1, 4)}
-
-# Space sharing (docs/space-sharing.md): gres/shard on every GPU, and the repository's
-# job_submit.lua with GAVEL_SHARDS_PER_GPU set, so that one-GPU gavel jobs ask shards.
-SHARD_TYPES = {"v100": (1, 4), "k80": (1, 4)}
-SHARDS_PER_GPU = 4
-
-
-def shard_job_submit_lua(directory) -> str:
-    """The repository's job_submit.lua with GAVEL_SHARDS_PER_GPU = SHARDS_PER_GPU, in `directory`."""
-    text = default_job_submit_lua().read_text()
-    line = "local GAVEL_SHARDS_PER_GPU = 0\n"
-    assert line in text, "job_submit.lua has no GAVEL_SHARDS_PER_GPU setting"
-    path = directory / "job_submit.lua"
-    path.write_text(text.replace(line, f"local GAVEL_SHARDS_PER_GPU = {SHARDS_PER_GPU}\n"))
+@pytest.fixture(scope="module")
+def table_path(tmp_path_factory) -> str:
+    """A small throughput table (tests.support.engine.small_table) in Gavel's JSON format."""
+    path = tmp_path_factory.mktemp("table") / "throughputs.json"
+    small_table().to_gavel_json(path)
     return str(path)
 
 
-@pytest.fixture(scope="session")
-def slurm_shard_cluster(tmp_path_factory):
-    require_slurm()
-    lua = shard_job_submit_lua(tmp_path_factory.mktemp("shard-lua"))
-    with running_cluster(tmp_path_factory.mktemp("shard"), SHARD_TYPES, job_submit_lua=lua,
-                         shards=SHARDS_PER_GPU) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="session")
-def slurm_accounting_cluster(tmp_path_factory):
-    require_slurm(accounting=True)
-    with running_cluster(tmp_path_factory.mktemp("acct"), ACCOUNTING_TYPES,
-                         job_submit_lua=default_job_submit_lua(), accounting=True) as cluster:
-        yield cluster
+@pytest.fixture(params=LUAS or [None], ids=[os.path.basename(p) for p in LUAS] or ["no-lua"])
+def lua(request):
+    """Each Lua interpreter found (the plugin must run on all of them)."""
+    if request.param is None:
+        no_lua()
+    return request.param

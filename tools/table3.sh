@@ -6,7 +6,7 @@
 #   continuous trace (max_min_fairness.trace, Poisson arrivals): max-min fairness (LAS), average JCT
 #   static trace (minimize_makespan.trace, all jobs at time 0):   makespan policy, makespan
 #
-# Usage: tools/table3.sh [GAVEL_DATA_DIR]      (default: ../shared/data/gavel beside the repository)
+# Usage: tools/table3.sh [GAVEL_DATA_DIR]      (default: the copy in the package, slurm_gavel/estimator/data/gavel)
 # The Python to run is $PYTHON (default: the project's .venv, made by tools/setup-env.sh, else python3); it needs the package's
 # dependencies, and this checkout's slurm_gavel is put first on PYTHONPATH.
 # Prints a markdown table on stdout; ratio = agnostic / aware (> 1: aware is better).
@@ -24,7 +24,7 @@ if [[ $# -gt 1 ]]; then
 fi
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DATA="${1:-$ROOT/../shared/data/gavel}"
+DATA="${1:-$ROOT/slurm_gavel/estimator/data/gavel}"
 if [[ -z "${PYTHON:-}" && -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; fi
 PYTHON="${PYTHON:-python3}"
 THROUGHPUTS="$DATA/physical_cluster_throughputs.json"

@@ -1,24 +1,45 @@
 #!/usr/bin/env bash
 # Install everything the tests need (a venv with the package) and run them.
 #
-# With no arguments: the whole suite on this host's Slurm, then the tests marked `slurm24`
-# again on Slurm 24.11 (tools/slurm-chroot.sh: a Debian 13 root, built once), so that what
-# differs between Slurm versions is tested on both and what needs 23.11+ is not skipped.
-# With arguments: they go to pytest, on this host only (GAVEL_SLURM24=1 adds the 24.11 pass
-# with the same arguments). GAVEL_SLURM24=0 leaves the 24.11 pass out.
+# The tests come in three tiers, one folder each: tests/unit (no Slurm, seconds each),
+# tests/integration (no Slurm; training runs and venv installs, minutes of CPU) and
+# tests/cluster (real local Slurm clusters, tests/cluster/conftest.py).
+#
+# With no arguments: the unit and integration tiers on two processes (pytest-xdist), then the
+# cluster tier on this host's Slurm, then its tests marked `slurm24` again on Slurm 24.11
+# (tools/slurm-chroot.sh: a Debian 13 root, built once), so that what differs between Slurm
+# versions is tested on both and what needs 23.11+ is not skipped.
+# --fast: the unit tier only, on two processes: a few minutes, no Slurm needed.
+# With other arguments: they go to pytest, on this host only (GAVEL_SLURM24=1 adds the 24.11
+# pass with the same arguments). GAVEL_SLURM24=0 leaves the 24.11 pass out.
+# GAVEL_TEST_PROCESSES sets the processes of the unit and integration tiers (default 2; 0: one
+# process, no xdist).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/tools/setup-env.sh"
 cd "$ROOT"
+procs="${GAVEL_TEST_PROCESSES:-2}"
+parallel=()
+[ "$procs" != 0 ] && parallel=(-n "$procs")
+rc=0
+if [ "${1:-}" = "--fast" ]; then
+    [ $# -eq 1 ] || { echo "test.sh: --fast takes no other arguments" >&2; exit 2; }
+    python -m pytest "${parallel[@]}" tests/unit || rc=$?
+    exit "$rc"
+fi
 if [ $# -gt 0 ]; then
     want24="${GAVEL_SLURM24:-0}"
     args=("$@")
+    python -m pytest "$@" || rc=$?
 else
     want24="${GAVEL_SLURM24:-1}"
-    args=(-m slurm24)
+    # The unit tier runs no Slurm: the version cannot change its results.
+    args=(-m slurm24 tests/cluster)
+    # Unit and integration tests share nothing and run side by side; cluster tests share the
+    # session's clusters (and the machine's two cores with them), so they run one at a time.
+    python -m pytest "${parallel[@]}" tests/unit tests/integration || rc=$?
+    python -m pytest tests/cluster || rc=$?
 fi
-rc=0
-python -m pytest "$@" || rc=$?
 if [ "$want24" = 1 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "test.sh: the Slurm 24.11 pass needs root (a chroot); left out" >&2

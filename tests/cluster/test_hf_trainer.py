@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import move_job
-from torch_support import import_torch
+from tests.support.slurm import move_job
+from tests.support.torch_import import import_torch
 
 from slurm_gavel.job.progress import read_progress
 from slurm_gavel.slurm.commands import SlurmCLI

@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import move_job
-from torch_support import import_torch
+from tests.support.slurm import move_job
+from tests.support.torch_import import import_torch
 
 from slurm_gavel.slurm.backend import RESTART_GUARD_SECONDS
 from slurm_gavel.slurm.commands import SlurmCLI

@@ -1,4 +1,4 @@
-"""A small, deterministic PyTorch training run through GavelIterator (tests/test_iterator.py).
+"""A small, deterministic PyTorch training run through GavelIterator (tests/integration/test_iterator.py).
 
     python tiny_train.py OUT_DIR TOTAL_STEPS
 

@@ -1,0 +1,62 @@
+"""Small builders of policy inputs shared by the policy tests (no solver, no I/O)."""
+from __future__ import annotations
+
+import numpy as np
+
+from slurm_gavel.core.model import Allocation, PolicyInput
+
+TOL = 1e-6
+
+
+def make_input(throughputs, counts, types=None, **fields) -> PolicyInput:
+    t = np.asarray(throughputs, dtype=float)
+    n, k = t.shape
+    types = tuple(types or (f"t{j}" for j in range(k)))
+    fields.setdefault("scale_factors", np.ones(n, dtype=int))
+    fields.setdefault("weights", np.ones(n))
+    return PolicyInput(worker_types=types, counts=np.asarray(counts, dtype=float),
+                       job_ids=tuple(str(i) for i in range(n)), throughputs=t, **fields)
+
+
+def random_input(rng: np.random.Generator, n: int, k: int, pairs: int = 0,
+                 multi_gpu: bool = False) -> PolicyInput:
+    """A random heterogeneous instance; every job fits at least one type."""
+    t = rng.uniform(0.5, 100.0, size=(n, k))
+    t[rng.random((n, k)) < 0.2] = 0.0              # some infeasible entries
+    t[np.arange(n), rng.integers(0, k, n)] = rng.uniform(0.5, 100.0, n)
+    counts = rng.integers(1, 6, size=k).astype(float)
+    sf = np.ones(n, dtype=int)
+    if multi_gpu:
+        sf = rng.choice([1, 1, 2, 4], size=n)
+        counts = np.maximum(counts, 4)
+    fields = dict(scale_factors=sf, weights=rng.choice([1.0, 1.0, 2.0, 0.5], size=n),
+                  steps_remaining=rng.uniform(1e3, 1e6, n),
+                  time_since_arrival=rng.uniform(0, 1e4, n),
+                  prices=rng.uniform(0.3, 3.0, k))
+    if pairs and n >= 2:
+        a, b = np.triu_indices(n, k=1)
+        same = np.flatnonzero(sf[a] == sf[b])          # only jobs of one scale factor pair up
+        pick = np.sort(rng.choice(same, size=min(pairs, len(same)), replace=False))
+        pj = np.stack([a[pick], b[pick]], axis=1).reshape(-1, 2)
+        solo = t[pj]                                   # (P, 2, k)
+        share = rng.uniform(0.3, 0.8, size=(len(pj), k, 2))
+        pt = np.transpose(solo, (0, 2, 1)) * share
+        fields.update(pair_jobs=pj, pair_throughputs=pt)
+    return make_input(t, counts, **fields)
+
+
+def assert_feasible(alloc: Allocation, inp: PolicyInput, tol: float = TOL):
+    """A feasible allocation: every share in [0, 1], each job's shares summing to at most 1,
+    no type given more GPUs than it has, and infeasible entries at 0."""
+    assert alloc.x.shape == (inp.n_jobs, inp.n_types)
+    assert (alloc.x >= -tol).all() and (alloc.x <= 1 + tol).all()
+    assert (alloc.x_pairs >= -tol).all() and (alloc.x_pairs <= 1 + tol).all()
+    assert (alloc.time_fractions() <= 1 + tol).all(), alloc.time_fractions()
+    used = alloc.gpus_used(inp.scale_factors.astype(float))
+    assert (used <= inp.counts + tol).all(), (used, inp.counts)
+    assert (alloc.x[~inp.feasible] <= tol).all()
+    if len(alloc.pair_jobs):
+        rows, found, _ = alloc.pair_rows_in(inp)
+        assert found[alloc.x_pairs.sum(axis=1) > tol].all()
+        feasible = inp.pair_feasible[rows] & found[:, None]
+        assert (alloc.x_pairs[~feasible] <= tol).all()
