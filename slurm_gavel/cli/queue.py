@@ -32,6 +32,7 @@ COLUMNS = {
     # optional (-o): what the policy was told each type runs the job at, and where from
     "throughput": "STEPS/S", "estimate": "ESTIMATE",
     "types": "TYPES",      # the GPU types it may run on (types=, sbatch -p, what fits it)
+    "finish": "FINISH",    # estimated time to its last step at its shares; ~ a guess in it
 }
 KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fingerprint": "f",
              "explore": "?", "mean": "?", "default": "?"}
@@ -60,6 +61,11 @@ def _cell(row: dict, key: str, worker_types: list[str]) -> str:
         # jobs of the same model, h hint, r reference table, f fingerprint, ? a guess
         return "/".join(f"{_number(v[t]['steps_per_second'])}{KIND_MARK.get(v[t]['kind'], '?')}"
                         if t in v else "-" for t in worker_types) if v else "-"
+    if key == "finish":
+        seconds = row.get("finish_seconds")
+        if seconds is None:
+            return "-"
+        return hours(seconds) + ("~" if row.get("finish_is_guess") else "")
     if key == "priority":
         return _number(v)
     if key == "types":
@@ -96,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only jobs running on this GPU type")
     p.add_argument("-j", "--jobs", action="append", default=[], metavar="ID[,ID]", help="only these jobs")
     p.add_argument("-o", "--format", default=DEFAULT_FORMAT, metavar="COLS",
-                   help=f"columns (default: {DEFAULT_FORMAT}; also: throughput, estimate)")
+                   help=f"columns (default: {DEFAULT_FORMAT}; also: throughput, estimate, types, finish)")
     p.add_argument("-t", "--states", default="active", metavar="STATE[,STATE]",
                    help="jobs in these states (default: active; also completed, failed, "
                         "cancelled, node_fail, timeout, preempted, lost, or all)")

@@ -96,6 +96,9 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             "throughput": {t: {"steps_per_second": est[t]["steps_per_second"], "kind": est[t]["kind"],
                                "confidence": est[t]["confidence"]} for t in worker_types if t in est},
             "estimate": (f"{phase} (like {proxy})" if phase == "fingerprint" and proxy else phase),
+            # seconds to its last step at its shares (None: unknown), and whether a speed in
+            # that is a guess (the same computation as explain's)
+            **_finish_fields(j, shares.get(j["id"], {}), est, wt),
             "types": j["types"].split(",") if j.get("types") else None,     # None: any
         })
     return out, worker_types
@@ -163,6 +166,16 @@ def _finish(share: dict, speeds: dict, worker_type, remaining) -> tuple[float | 
     if not used or not rate > 0:
         return None, False
     return max(0.0, remaining) / rate, any(speeds[t][1] != "measured" for t in used)
+
+
+def _finish_fields(j: dict, share: dict, est: dict, worker_type) -> dict:
+    speeds = {t: (e["steps_per_second"], SOURCES.get(e["kind"], "guess"))
+              for t, e in est.items() if e.get("steps_per_second") is not None}
+    done, total = _finite_or_none(j.get("steps_done")), _finite_or_none(j.get("steps"))
+    if j["state"] != "active" or done is None or total is None:
+        return {"finish_seconds": None, "finish_is_guess": False}
+    finish, guess = _finish(share, speeds, worker_type, total - done)
+    return {"finish_seconds": finish, "finish_is_guess": guess if finish is not None else False}
 
 
 def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:

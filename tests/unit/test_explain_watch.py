@@ -91,3 +91,19 @@ def test_json_is_strict(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out,
                       parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert data["preemptions"] == 2 and data["types"][0]["source"] in ("measured", "guess")
+
+
+def test_gqueue_finish_column(tmp_path, capsys):
+    """gqueue -o ...,finish: the same estimate as explain's, ~ when a guess is in it."""
+    from slurm_gavel.cli.queue import main as gqueue
+    database(tmp_path).close()
+    assert gqueue(["--db", str(tmp_path / "gavel.db"), "-o", "jobid,progress,finish"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0] == ["JOBID", "STEPS", "FINISH"]
+    assert ["3", "400/1000", "0:07:09~"] in lines           # 600 steps at 1.4 steps/s
+    assert ["1", "-", "-"] in lines                          # no steps known: no estimate
+    assert gqueue(["--db", str(tmp_path / "gavel.db"), "--json"]) == 0
+    import json
+    data = json.loads(capsys.readouterr().out)
+    job3 = next(j for j in data["jobs"] if j["jobid"] == "3")
+    assert abs(job3["finish_seconds"] - 600 / 1.4) < 1e-6 and job3["finish_is_guess"] is True
