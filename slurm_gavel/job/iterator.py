@@ -139,7 +139,6 @@ import os
 import re
 import shutil
 import signal as _signal
-import socket
 import sys
 import threading
 import time
@@ -569,16 +568,8 @@ class GavelIterator:
     def _record(self, event: str, **fields) -> None:
         if self.progress_path is None:
             return
-        env = os.environ
-        try:
-            restart = int(env.get("SLURM_RESTART_COUNT") or 0)
-        except ValueError:
-            restart = 0
-        record = {"job": self.job_id, "time": round(time.time(), 3), "event": event,
-                  "step": self.trained, "total_steps": self.total_steps, **fields,
-                  "partition": env.get("SLURM_JOB_PARTITION"),
-                  "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
-                  "restart": restart, "world_size": self.world_size}
+        record = _progress.job_record(self.job_id, event, self.trained, self.total_steps, self.world_size,
+                                      **fields)
         try:
             _progress.append_record(self.progress_path, record)
         except OSError as e:

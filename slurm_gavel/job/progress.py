@@ -37,6 +37,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -85,6 +87,20 @@ def candidate_paths(job_id: str, work_dir: str | None,
     if work_dir:
         out.append(progress_path(job_id, env={}, work_dir=work_dir))
     return out
+
+
+def job_record(job_id, event: str, step, total_steps, world_size: int, **fields) -> dict:
+    """One progress record of this process's job, with where it runs (partition, node,
+    restart) read from Slurm's environment: the one format every integration writes."""
+    env = os.environ
+    try:
+        restart = int(env.get("SLURM_RESTART_COUNT") or 0)
+    except ValueError:
+        restart = 0
+    return {"job": job_id, "time": round(time.time(), 3), "event": event, "step": step,
+            "total_steps": total_steps, **fields, "partition": env.get("SLURM_JOB_PARTITION"),
+            "node": env.get("SLURMD_NODENAME") or socket.gethostname(), "restart": restart,
+            "world_size": world_size}
 
 
 def append_record(path, record: Mapping) -> None:
