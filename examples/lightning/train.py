@@ -15,6 +15,7 @@ import lightning.pytorch as L  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: E402
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler  # noqa: E402
 
 
 class Model(L.LightningModule):
@@ -27,8 +28,9 @@ class Model(L.LightningModule):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        print(f"step {self.global_step + 1} epoch {self.current_epoch} lr {float(lr).hex()} "
-              f"loss {loss.item().hex()}", flush=True)
+        if self.trainer.is_global_zero:
+            print(f"step {self.global_step + 1} epoch {self.current_epoch} lr {float(lr).hex()} "
+                  f"loss {loss.item().hex()}", flush=True)
         return loss
 
     def configure_optimizers(self):
@@ -45,6 +47,8 @@ def main(argv=None, extra_callbacks=()):
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--features", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--devices", type=int, default=1,
+                        help="processes (DDP on the CPU when more than one; under Slurm one task each)")
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="sleep after each step (makes a tiny model slow enough to preempt)")
     parser.add_argument("--save-final", help="save the final parameters here")
@@ -53,20 +57,43 @@ def main(argv=None, extra_callbacks=()):
     L.seed_everything(args.seed, verbose=False)
     x = torch.randn(args.samples, args.features)
     y = x.sum(dim=1, keepdim=True) + 0.1 * torch.randn(args.samples, 1)
-    loader = StatefulDataLoader(torch.utils.data.TensorDataset(x, y), batch_size=args.batch_size,
-                                shuffle=True)
+    dataset = torch.utils.data.TensorDataset(x, y)
+    if args.devices > 1:
+        data = {"datamodule": ShardedData(dataset, args.batch_size, args.seed)}
+    else:
+        data = {"train_dataloaders": StatefulDataLoader(dataset, batch_size=args.batch_size, shuffle=True)}
     model = Model(args.features, lr=0.05)
     gavel = GavelCallback()                                                 # gavel
     callbacks = [gavel, *extra_callbacks]                                   # gavel
     if args.step_seconds:
         callbacks.append(Sleep(args.step_seconds))
-    trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=1, logger=False,
+    trainer = L.Trainer(max_epochs=args.epochs, accelerator="cpu", devices=args.devices,
+                        strategy="ddp" if args.devices > 1 else "auto",
+                        use_distributed_sampler=args.devices == 1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=callbacks)
-    trainer.fit(model, loader, ckpt_path=gavel.resume_path())               # gavel
+    trainer.fit(model, **data, ckpt_path=gavel.resume_path())               # gavel
+    if not trainer.is_global_zero:
+        return
     print(f"done: {trainer.global_step} steps, {trainer.current_epoch} epochs", flush=True)
     if args.save_final:
         torch.save(model.state_dict(), args.save_final)
+
+
+class ShardedData(L.LightningDataModule):
+    """With DDP, each rank's shuffled shard from torchdata's StatefulDistributedSampler, made
+    once the ranks are known: its position is saved in the checkpoint, so a resumed run takes
+    the next batch of the same order. (Lightning's own wrapper around a shuffling loader draws
+    a new order when it restarts; GavelCallback refuses it.)"""
+
+    def __init__(self, dataset, batch_size: int, seed: int):
+        super().__init__()
+        self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
+
+    def train_dataloader(self):
+        sampler = StatefulDistributedSampler(self.dataset, num_replicas=self.trainer.world_size,
+                                             rank=self.trainer.global_rank, shuffle=True, seed=self.seed)
+        return StatefulDataLoader(self.dataset, batch_size=self.batch_size, sampler=sampler)
 
 
 class Sleep(L.Callback):

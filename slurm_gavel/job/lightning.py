@@ -197,6 +197,23 @@ def _stateful(loader) -> bool:
         callable(getattr(loader, "load_state_dict", None))
 
 
+def _unresumable_shards(loader) -> str | None:
+    """The sampler whose order a resumed DDP run cannot restore, None when there is none.
+
+    With DDP, Lightning wraps a loader's own shuffling sampler in its
+    ``DistributedSamplerWrapper``, which draws that sampler's order anew each epoch:
+    the loader's saved position then counts batches of an order the restarted run does
+    not draw again. A ``DistributedSampler`` (seeded by epoch) or a sequential order is
+    restored exactly."""
+    sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None) or getattr(loader, "sampler", None)
+    if type(sampler).__name__ != "DistributedSamplerWrapper":
+        return None
+    inner = getattr(getattr(sampler, "dataset", None), "_sampler", None)
+    if inner is None or type(inner).__name__ == "SequentialSampler":
+        return None
+    return type(inner).__name__
+
+
 class GavelCallback:
     """A Lightning Callback that checkpoints and exits 85 when slurm-gavel preempts the job.
 
@@ -386,6 +403,14 @@ class GavelCallback:
 
     def _refuse_inexact(self, trainer) -> None:
         for loader in self._train_loaders(trainer):
+            if trainer.world_size > 1 and (inner := _unresumable_shards(loader)):
+                raise RuntimeError(
+                    f"gavel: with {trainer.world_size} ranks Lightning splits the training loader's "
+                    f"{inner} with its DistributedSamplerWrapper, which draws a new order when a "
+                    f"preempted job restarts, so it would not resume exactly: give the loader "
+                    f"torchdata.stateful_dataloader.sampler.StatefulDistributedSampler (made in "
+                    f"train_dataloader(), where trainer.world_size and global_rank are known) and "
+                    f"Trainer(use_distributed_sampler=False); see docs/lightning.md")
             if not _stateful(loader):
                 raise RuntimeError(
                     f"gavel: the training loader ({type(loader).__name__}) cannot tell its position, so a "

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.slurm import move_job
+from tests.support.procs import MARKER, marked
 from tests.support.torch_import import import_torch
 
 from slurm_gavel.slurm.backend import RESTART_GUARD_SECONDS
@@ -36,7 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "jobs" / "tiny_train.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 STEPS = 60
-MARKER = "GAVEL_LAUNCHER_TEST"
 TORCHRUN_ARGS = f"{TORCHRUN} --standalone --nproc-per-node 2 {TINY}"
 SCRIPT = """#!/bin/bash
 #SBATCH --requeue
@@ -51,27 +51,6 @@ def clean(slurm_cluster):
     slurm_cluster.run(["scancel", "--user", "root"], check=False)
     yield slurm_cluster
     slurm_cluster.run(["scancel", "--user", "root"], check=False)
-
-
-def _marked(marker: str) -> dict[int, int]:
-    """pid -> parent pid of the live processes whose environment holds MARKER=marker."""
-    needle = f"{MARKER}={marker}".encode()
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if fields[0] not in (b"Z", b"X"):
-            found[int(entry)] = int(fields[1])
-    return found
 
 
 def _info(cluster, job) -> dict:
@@ -132,7 +111,7 @@ def test_torchrun_through_the_launcher_is_preempted_moved_and_resumed_exactly(cl
         info = _wait("the held requeue", lambda: (i := _info(cluster, job))["JobState"] in
                      ("SPECIAL_EXIT", "PENDING") and i)
         assert info["Reason"] == "JobHeldUser" and info["ExitCode"] == "85:0", (info, log.read_text()[-3000:])
-        assert _wait("no process of the job left", lambda: not _marked(marker), timeout=30)
+        assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
         assert before + 8 <= _lines(batches) < STEPS
         move_job(cluster.run, job, partition)
         time.sleep(RESTART_GUARD_SECONDS)
@@ -142,7 +121,7 @@ def test_torchrun_through_the_launcher_is_preempted_moved_and_resumed_exactly(cl
                  ("COMPLETED", "FAILED", "CANCELLED") and i, timeout=400)
     assert info["JobState"] == "COMPLETED", log.read_text()[-3000:]
     assert info["Restarts"] == "3"
-    assert _wait("no process of the job left", lambda: not _marked(marker), timeout=30)
+    assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
 
     text = log.read_text()
     assert text.count("slurm-gavel run: preempted: its 2 rank(s) checkpointed and exited 85") == 3, text[-3000:]
@@ -176,7 +155,7 @@ def test_plain_exec_torchrun_leaves_its_ranks_orphaned_on_this_proctrack(clean, 
         # torchrun died of the signal (no handler for USR2): not 85, not requeued held
         assert info["JobState"] == "FAILED" and info["ExitCode"] == "0:12", info
         time.sleep(3)                 # slurmstepd has ended what it tracks by now
-        orphans = _marked(marker)
+        orphans = marked(marker)
         assert len(orphans) == 2, orphans                # the two ranks, nothing else
         assert not set(orphans.values()) & set(orphans), orphans     # neither's parent is in the job
         done = _lines(batches)
@@ -187,7 +166,7 @@ def test_plain_exec_torchrun_leaves_its_ranks_orphaned_on_this_proctrack(clean, 
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    assert _wait("the orphans killed", lambda: not _marked(marker), timeout=30)
+    assert _wait("the orphans killed", lambda: not marked(marker), timeout=30)
 
 
 # srun's tasks take their place from Slurm's variables (slurm_gavel.job.distributed)
@@ -212,7 +191,7 @@ def test_srun_through_the_launcher_is_preempted_and_resumed_exactly(clean, tmp_p
     info = _wait("the held requeue", lambda: (i := _info(cluster, job))["JobState"] in
                  ("SPECIAL_EXIT", "PENDING") and i)
     assert info["Reason"] == "JobHeldUser" and info["ExitCode"] == "85:0", (info, log.read_text()[-3000:])
-    assert _wait("no process of the job left", lambda: not _marked(marker), timeout=30)
+    assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
     assert 8 <= _lines(batches) < STEPS
     move_job(cluster.run, job, "v100")
     time.sleep(RESTART_GUARD_SECONDS)
@@ -221,7 +200,7 @@ def test_srun_through_the_launcher_is_preempted_and_resumed_exactly(clean, tmp_p
     info = _wait("the end", lambda: (i := _info(cluster, job))["JobState"] in
                  ("COMPLETED", "FAILED", "CANCELLED") and i, timeout=400)
     assert info["JobState"] == "COMPLETED", log.read_text()[-3000:]
-    assert _wait("no process of the job left", lambda: not _marked(marker), timeout=30)
+    assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
     assert "slurm-gavel run: preempted: the command checkpointed and exited 85" in log.read_text()
     for rank in range(2):
         final = torch.load(tmp_path / "out" / f"final-{rank}.pt", weights_only=False)

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from tests.support.procs import MARKER, marked
 from tests.support.torch_import import import_torch
 
 from slurm_gavel.job import launcher
@@ -28,27 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "jobs" / "tiny_train.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 STEPS = 60
-MARKER = "GAVEL_LAUNCHER_TEST"
-
-
-def _marked(marker: str) -> list[int]:
-    """Live processes whose environment holds MARKER=marker."""
-    needle = f"{MARKER}={marker}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
 
 
 def _wait(what, check, timeout=120.0):
@@ -120,7 +100,7 @@ def test_preempted_three_times_the_run_ends_bitwise_equal_and_leaves_nothing(tmp
             _wait("steps", lambda: run.steps() >= before + 8 or run.proc.poll() is not None)
             os.kill(run.proc.pid, signal.SIGUSR2)
         code = run.wait()
-        assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
+        assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
         if preemptions == 3:
             assert code == 0, run.stderr()
             break
@@ -148,11 +128,11 @@ def test_a_rank_that_crashes_is_a_failure_with_no_survivors(tmp_path):
     _wait("steps", lambda: run.steps() >= 3)
     torchrun = _wait("torchrun", lambda: launcher.descendants(run.proc.pid)[1:2])[0]
     ranks = _wait("the ranks", lambda: len(k := [p for p in launcher.descendants(torchrun)
-                                                 if p in _marked(run.marker)]) >= 2 and k)
+                                                 if p in marked(run.marker)]) >= 2 and k)
     os.kill(ranks[-1], signal.SIGKILL)
     code = run.wait()
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
-    assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
+    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
 
 
 def test_a_failed_save_during_preemption_is_a_failure_with_no_survivors(tmp_path):
@@ -161,17 +141,17 @@ def test_a_failed_save_during_preemption_is_a_failure_with_no_survivors(tmp_path
     os.kill(run.proc.pid, signal.SIGUSR2)
     code = run.wait()
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
-    assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
+    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
     assert not any((tmp_path / "ckpt" / "4242").glob("step-*"))
 
 
 def test_sigkill_of_the_launcher_leaves_no_rank_alive(tmp_path):
     run = Run(tmp_path, tmp_path / "out")
     _wait("steps", lambda: run.steps() >= 3)
-    assert len(_marked(run.marker)) >= 4          # outer, supervisor, torchrun, 2 ranks
+    assert len(marked(run.marker)) >= 4          # outer, supervisor, torchrun, 2 ranks
     os.kill(run.proc.pid, signal.SIGKILL)
     run.wait()
-    assert _wait("no process left", lambda: not _marked(run.marker), timeout=30)
+    assert _wait("no process left", lambda: not marked(run.marker), timeout=30)
 
 
 def test_sigkill_of_the_supervisor_leaves_no_rank_alive(tmp_path):
@@ -180,7 +160,7 @@ def test_sigkill_of_the_supervisor_leaves_no_rank_alive(tmp_path):
     supervisor = launcher.descendants(run.proc.pid)[0]
     os.kill(supervisor, signal.SIGKILL)
     assert run.wait() == 128 + signal.SIGKILL        # the outer process ended the tree first
-    assert not _marked(run.marker)
+    assert not marked(run.marker)
     assert "the supervisor ended (137)" in run.stderr()
 
 
@@ -190,7 +170,7 @@ def test_a_single_python_process_that_checkpoints_gives_85(tmp_path):
     os.kill(run.proc.pid, signal.SIGUSR2)
     assert run.wait() == launcher.REQUEUE_EXIT_CODE, run.stderr()
     assert "preempted: the command checkpointed and exited 85" in run.stderr()
-    assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
+    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
 
 
 def test_sigterm_is_forwarded_and_is_not_a_preemption(tmp_path):
@@ -201,7 +181,7 @@ def test_sigterm_is_forwarded_and_is_not_a_preemption(tmp_path):
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
     # torchrun (first in line) passes SIGTERM on as well: a rank may be gone before its turn
     assert re.search(r"SIGTERM: sent to [123] process\(es\)", run.stderr()), run.stderr()
-    assert _wait("no process left", lambda: not _marked(run.marker), timeout=15)
+    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
 
 
 def test_the_outcome_rule():

@@ -46,6 +46,12 @@ DRIVER = textwrap.dedent("""
             def __iter__(self):
                 return iter(self.data)
         train.StatefulDataLoader = lambda data, batch_size, shuffle: Stateful(Unsized(data), batch_size)
+    if os.environ.get("WRAPPED_SHARDS"):
+        # DDP as Lightning does it by default: its wrapper around the loader's own shuffle
+        Trainer = L.Trainer
+        train.L.Trainer = lambda *a, **k: Trainer(*a, **{**k, "use_distributed_sampler": True})
+        train.ShardedData.train_dataloader = lambda self: train.StatefulDataLoader(
+            self.dataset, batch_size=self.batch_size, shuffle=True)
     if os.environ.get("FORGET_RESUME"):
         train.GavelCallback.resume_path = lambda self: None
     KILL_AT = {int(s) for s in os.environ.get("KILL_AT", "").split(",") if s}
@@ -174,6 +180,26 @@ def test_loaders_that_cannot_resume_exactly_are_refused(tmp_path):
     assert "the training loader (StatefulDataLoader) has no length, so Lightning fetches a batch " \
         "ahead" in run.stderr
     assert not _steps(run.stdout)
+
+
+def test_ddp_resumes_bit_for_bit_and_lightnings_own_shard_wrapper_is_refused(tmp_path):
+    """Two ranks (Lightning's own launcher, gloo on the CPU): stopped in epochs 0 and 2, the
+    run is the uninterrupted one; the same job with Lightning's DistributedSamplerWrapper
+    around a shuffling loader (a new order after a restart) is refused before any step."""
+    reference = _run(tmp_path, _env(tmp_path, job=""), "--devices", "2")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert len(_steps(reference.stdout)) == 40               # 4 epochs of 10 batches a rank
+    runs = [_run(tmp_path, _env(tmp_path, KILL_AT=kill), "--devices", "2") for kill in ("5", "25", "")]
+    assert [r.returncode for r in runs] == [85, 85, 0], runs[-1].stderr[-3000:]
+    assert [s for r in runs for s in _steps(r.stdout)] == _steps(reference.stdout)
+    other = tmp_path / "wrapped"
+    other.mkdir()
+    wrapped = _run(other, _env(other, WRAPPED_SHARDS="1"), "--devices", "2")
+    assert wrapped.returncode != 0
+    assert "Lightning splits the training loader's RandomSampler with its DistributedSamplerWrapper" \
+        in wrapped.stderr
+    assert "StatefulDistributedSampler" in wrapped.stderr
+    assert not _steps(wrapped.stdout)
 
 
 PL_SCRIPT = textwrap.dedent("""
