@@ -46,8 +46,12 @@ def text(e: dict) -> str:
                          + (" (a guess: some speeds are not measured)"
                             if e.get("finish_is_guess") else ""))
         lines.append(progress)
-    if e.get("preemptions"):
-        lines.append(f"  preempted {e['preemptions']} time{'s' if e['preemptions'] != 1 else ''}")
+    if e.get("preemptions") or e.get("lost_seconds"):
+        line = f"  preempted {e.get('preemptions') or 0} time{'s' if e.get('preemptions') != 1 else ''}"
+        if e.get("lost_seconds") is not None:
+            line += (f"; {hours(e['lost_seconds'])} lost to it (saving checkpoints, restarting and "
+                     "loading them, as the job reports)")
+        lines.append(line)
     arrived = (f"  arrived {hours(e['ago_seconds'])} ago; " if e.get("ago_seconds") is not None
                else "  ")
     lines.append(f"{arrived}over its {hours(e['elapsed_seconds'])} in the system up to the last "

@@ -100,6 +100,8 @@ class Observation:
     usage: tuple[Usage, ...] = ()
     departures: tuple[Departure, ...] = ()
     measurements: tuple[Measurement, ...] = ()
+    # per active job id: seconds it reports having lost to being stopped (saves, restarts)
+    lost_seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 def pair_gpu_limit(backend: Backend) -> int | None:

@@ -92,7 +92,12 @@ def _v8(db: sqlite_utils.Database):
     db["paired_requests"].create({"job": str, "gpus": int, "tasks": int}, pk="job")
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(db: sqlite_utils.Database):
+    """The time a job reports having lost to preemptions (checkpoint saves, restarts)."""
+    db["jobs"].add_column("lost_seconds", float)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 
 
 __all__ = ["MIGRATIONS"]

@@ -288,6 +288,7 @@ class SqliteStore(Store, MeasurementStore):
                          "entity": j.entity, "slo": _finite(j.slo), "steps": _finite(j.total_steps),
                          "submitted": j.arrival_time, "last_seen": time_, "state": "active",
                          "steps_done": _finite(obs.steps_done.get(j.id)),
+                         "lost_seconds": _finite(obs.lost_seconds.get(j.id)),
                          "types": (",".join(sorted(j.placement.worker_types))
                                    if j.placement is not None and j.placement.worker_types is not None
                                    else None)})

@@ -254,6 +254,8 @@ def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:
             "finish_seconds": finish if j["state"] == "active" else None,
             "finish_is_guess": guess if j["state"] == "active" else False,
             "preemptions": len(store.events([job], kinds=("preempt",))),
+            # what the job reports it lost to being stopped (saves, restarts); the user's number
+            "lost_seconds": _finite_or_none(j.get("lost_seconds")),
             # the GPU types it may run on (types=, sbatch -p, what fits it); None: any
             "may_run_on": j["types"].split(",") if j.get("types") else None}
 

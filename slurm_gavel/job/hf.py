@@ -247,7 +247,7 @@ class _GavelCallbackMixin:
                   "node": env.get("SLURMD_NODENAME") or socket.gethostname(),
                   "restart": restart, "world_size": world}
         try:
-            _progress.append_record(self.progress_path, record)
+            _progress.write_record(self.progress_path, record)
         except OSError as e:
             if not self._progress_failed:
                 _log(f"cannot write progress to {self.progress_path}: {e} (training goes on)")

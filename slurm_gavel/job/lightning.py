@@ -482,7 +482,7 @@ class GavelCallback:
         record = _progress.job_record(self.job_id, event, step, self._total_steps, self._world_size,
                                       **fields)
         try:
-            _progress.append_record(self.progress_path, record)
+            _progress.write_record(self.progress_path, record)
         except OSError as e:
             if not self._progress_failed:
                 _log(f"cannot write progress to {self.progress_path}: {e} (training goes on)")

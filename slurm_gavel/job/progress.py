@@ -15,7 +15,11 @@ added, the job exits 85 next) or ``done`` (all steps done, the job exits 0).
 interval since the previous record of the same run (``null`` in ``start``);
 ``restart`` is ``SLURM_RESTART_COUNT`` (0 on the first start); ``partition`` is
 ``SLURM_JOB_PARTITION`` (the GPU type: one type per partition); ``node`` is
-``SLURMD_NODENAME`` or the host name. Readers must ignore keys they do not know.
+``SLURMD_NODENAME`` or the host name. ``lost_seconds`` (written by `write_record`) is
+the time the job has lost to being stopped over all its runs so far: every checkpoint's
+``save_seconds``, and on each restart the time from the process's start to its ``start``
+record (starting Python, importing, loading the checkpoint). Readers must ignore keys
+they do not know.
 
 Location (`progress_path`): ``$GAVEL_PROGRESS_DIR/<jobid>.jsonl`` when the job
 sees ``GAVEL_PROGRESS_DIR``, else ``<submit dir>/.gavel/<jobid>.jsonl`` with the
@@ -120,6 +124,58 @@ def append_record(path, record: Mapping) -> None:
         os.close(fd)
 
 
+# The time this process's job lost before this run, per progress file (read once).
+_lost_before: dict[str, float] = {}
+_lost_here: dict[str, float] = {}
+LOST_TAIL = 64 * 1024
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux: /proc), None where that cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        started = int(stat[stat.rfind(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started)
+
+
+def _lost_so_far(path) -> float:
+    """``lost_seconds`` of the newest record in the tail of `path` (0 when none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOST_TAIL))
+            data = f.read(LOST_TAIL)
+    except OSError:
+        return 0.0
+    for record in reversed(parse_records(data, torn_start=size > LOST_TAIL)):
+        value = _number(record.get("lost_seconds"))
+        if value is not None and value >= 0:
+            return value
+    return 0.0
+
+
+def write_record(path, record: dict) -> None:
+    """`append_record` with ``lost_seconds`` added: what earlier runs lost (from the file's
+    newest record that says) plus this run's restart (its ``start`` after a requeue) and
+    checkpoint saves."""
+    key = str(path)
+    if key not in _lost_before:
+        _lost_before[key] = _lost_so_far(path)
+        _lost_here[key] = 0.0
+    if record.get("event") == "start" and (record.get("restart") or 0) > 0:
+        _lost_here[key] += _process_age() or _number(record.get("load_seconds")) or 0.0
+    elif record.get("event") == "checkpoint":
+        _lost_here[key] += _number(record.get("save_seconds")) or 0.0
+    record["lost_seconds"] = round(_lost_before[key] + _lost_here[key], 3)
+    append_record(path, record)
+
+
 def read_progress(path) -> list[dict]:
     """Every record in `path`, oldest first; [] when the file does not exist.
 
@@ -209,4 +265,13 @@ def summary(records: list[dict]) -> dict | None:
             "steps_per_second": rate, "partition": partition,
             "node": _text(last.get("node")), "restart": _number(last.get("restart")),
             "event": _text(last.get("event")), "time": _number(last.get("time")),
-            "done": last.get("event") == "done"}
+            "lost_seconds": _lost(records), "done": last.get("event") == "done"}
+
+
+def _lost(records: list[dict]) -> float | None:
+    """The newest ``lost_seconds`` in `records` that is a number >= 0, else None."""
+    for r in reversed(records):
+        value = _number(r.get("lost_seconds"))
+        if value is not None and value >= 0:
+            return value
+    return None

@@ -125,6 +125,13 @@ def test_three_preemptions_end_bitwise_equal_to_an_uninterrupted_run(reference, 
     assert any(r["event"] == "progress" for r in records)
     assert all("load_seconds" in r for r in starts[1:]) and "load_seconds" not in starts[0]
     assert all(r["save_seconds"] >= 0 for r in checkpoints)
+    # time lost to the stops, as the job reports it: never less, run after run, than its saves
+    # plus each restart's start-up (Python, torch, the checkpoint's load), which takes a while
+    lost = [r["lost_seconds"] for r in records]
+    assert lost == sorted(lost) and lost[0] == 0
+    for i, s in enumerate(starts[1:], 1):
+        saves = sum(c["save_seconds"] for c in checkpoints[:i])
+        assert s["lost_seconds"] >= saves + s["load_seconds"] and s["lost_seconds"] > saves + 0.05 * i
 
 
 def test_a_signal_at_the_last_step_boundary_still_finishes(tmp_path):

@@ -19,7 +19,7 @@ ARRIVED = 1000.0
 LAST_ROUND = 1360.0
 
 
-def database(tmp_path, steps=1000.0, done=400.0):
+def database(tmp_path, steps=1000.0, done=400.0, lost=None):
     """Job 3 waits with shares 0.6 v100 / 0.4 k80, 400 of 1000 steps done, its v100 speed
     measured (2 steps/s), its k80 speed a guess (0.5); preempted twice."""
     store = SqliteStore(tmp_path / "gavel.db")
@@ -31,7 +31,8 @@ def database(tmp_path, steps=1000.0, done=400.0):
                                             np.array([[0.4, 0.0], [0.6, 0.4]]),
                                             policy="max_min_fairness"), True)
     store.usage(LAST_ROUND, Usage(Assignment(("3",), "v100", (("n1", 1),)), 120.0))
-    store.observe(LAST_ROUND, Observation(LAST_ROUND, jobs, servers, steps_done={"3": done}))
+    store.observe(LAST_ROUND, Observation(LAST_ROUND, jobs, servers, steps_done={"3": done},
+                                          lost_seconds={"3": lost} if lost is not None else {}))
     store.save_estimates([
         {"job": "3", "model": "convnet", "scale_factor": 1, "worker_type": "v100",
          "steps_per_second": 2.0, "kind": "measured", "confidence": 1.0, "phase": "measured",
@@ -107,3 +108,14 @@ def test_gqueue_finish_column(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     job3 = next(j for j in data["jobs"] if j["jobid"] == "3")
     assert abs(job3["finish_seconds"] - 600 / 1.4) < 1e-6 and job3["finish_is_guess"] is True
+
+
+def test_time_lost_to_preemptions_as_the_job_reports_it(tmp_path):
+    e = explain(database(tmp_path, lost=75.0), "3", now=LAST_ROUND)
+    assert e["lost_seconds"] == 75.0
+    assert "preempted 2 times; 0:01:15 lost to it (saving checkpoints, restarting and loading " \
+        "them, as the job reports)" in text(e)
+    other = tmp_path / "other"
+    other.mkdir()
+    e = explain(database(other), "3", now=LAST_ROUND)
+    assert e["lost_seconds"] is None and "lost to it" not in text(e)

@@ -64,3 +64,37 @@ def test_summary_rate_comes_from_the_current_partition():
     records.append({"event": "progress", "step": 12, "partition": "k80", "steps_per_second": 1.5})
     assert summary(records)["steps_per_second"] == 1.5
     assert summary([]) is None
+
+
+def test_lost_seconds_add_up_over_runs_from_the_file(tmp_path, monkeypatch):
+    """write_record: a run adds its checkpoint saves and, after a requeue, its start-up (the
+    process's age at its start record) to what the file's newest record says earlier runs
+    lost; the first run's start-up is not lost to a preemption; the daemon's summary reads it."""
+    from slurm_gavel.job import progress
+    path = tmp_path / "7.jsonl"
+    monkeypatch.setattr(progress, "_lost_before", {})
+    monkeypatch.setattr(progress, "_lost_here", {})
+    monkeypatch.setattr(progress, "_process_age", lambda: 4.0)
+    progress.write_record(path, {"event": "start", "step": 0, "restart": 0})
+    progress.write_record(path, {"event": "progress", "step": 5, "restart": 0})
+    progress.write_record(path, {"event": "checkpoint", "step": 9, "restart": 0, "save_seconds": 1.5})
+    assert [r["lost_seconds"] for r in read_progress(path)] == [0.0, 0.0, 1.5]
+    # the next run: a new process
+    monkeypatch.setattr(progress, "_lost_before", {})
+    monkeypatch.setattr(progress, "_lost_here", {})
+    progress.write_record(path, {"event": "start", "step": 9, "restart": 1, "load_seconds": 0.5})
+    progress.write_record(path, {"event": "checkpoint", "step": 12, "restart": 1, "save_seconds": 2.0})
+    assert [r["lost_seconds"] for r in read_progress(path)][3:] == [5.5, 7.5]
+    assert summary(read_progress(path))["lost_seconds"] == 7.5
+    # a record a user wrote by hand with nonsense in it counts as nothing
+    append_record(path, {"event": "progress", "step": 13, "lost_seconds": -3})
+    assert summary(read_progress(path))["lost_seconds"] == 7.5
+    append_record(path, {"event": "progress", "step": 13, "lost_seconds": "lots"})
+    assert summary(read_progress(path))["lost_seconds"] == 7.5
+    assert summary([{"event": "start", "step": 0}])["lost_seconds"] is None
+
+
+def test_process_age_is_measured():
+    from slurm_gavel.job.progress import _process_age
+    age = _process_age()
+    assert age is not None and 0 <= age < 24 * 3600

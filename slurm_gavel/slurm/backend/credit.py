@@ -221,12 +221,13 @@ class Crediting:
             forget_request(self.requests, job_id)
         return waiting
 
-    def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...]]:
-        """Steps done and measured steps/s of each job, from the progress files its iterator
-        writes.  Users control those files: they are read through `UserFiles` (regular files
+    def _read_progress(self, states) -> tuple[dict[str, float], tuple[Measurement, ...], dict[str, float]]:
+        """Steps done, measured steps/s and time lost to stops of each job, from the progress
+        files its iterator writes.  Users control those files: they are read through `UserFiles` (regular files
         owned by the job's user only, no symlinks, a bounded tail, a bounded wait; a refused
         file is logged and costs its job its report); a file is parsed only when it changed."""
         done: dict[str, float] = {}
+        lost: dict[str, float] = {}
         seen: list[Measurement] = []
         wanted: dict[str, list] = {}
         requests: dict[str, dict] = {}
@@ -263,6 +264,8 @@ class Crediting:
                     continue
                 if info.get("step") is not None:
                     done[job_id] = float(info["step"])
+                if info.get("lost_seconds") is not None:
+                    lost[job_id] = float(info["lost_seconds"])
                 # the record's partition, and in a mixed partition its node, says the type
                 wt = self._run_type(info.get("partition"), [info["node"]] if info.get("node") else j.nodes)
                 if info.get("steps_per_second") and wt and j.running:
@@ -272,4 +275,4 @@ class Crediting:
                                             partner=other if other in self._running else None,
                                             spread=len(j.nodes) > 1))
                 break
-        return done, tuple(seen)
+        return done, tuple(seen), lost

@@ -216,13 +216,13 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         self._take_back_stuck(now)
         self._hold_again()
         states, sizes = self._job_states(now)
-        steps_done, measurements = self._read_progress(states)
+        steps_done, measurements, lost = self._read_progress(states)
         running = self._running_rows(sizes)
         usage = usage_rows(self.snapshot, self._usage, self._pairs)
         self._usage = {}
         departures, self._departures = tuple(self._departures), []
         return Observation(now, tuple(states), self._servers(), steps_done, tuple(running), usage,
-                           departures, measurements)
+                           departures, measurements, lost)
 
     def _job_states(self, now: float) -> tuple[list[JobState], dict[str, int]]:
         """Each gavel job as the engine sees it (with where it may run, or why not now), and
