@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from ...core.plan import Assignment, Placement
+from ..capacity import gpus_kept
 from ..feasibility import judge
 from ..flags import admin_flags, admin_status, with_status
 from ..records import SlurmJob
@@ -98,13 +99,16 @@ def rounds_text(seconds: float, round_seconds: float | None) -> str:
 
 def held_gpus(snap: Snapshot, j: SlurmJob, placement: Placement | None) -> int:
     """GPUs the job keeps from others: its own, or (--exclusive) every GPU of the largest
-    node it may run on, so that the plan leaves that node to it alone."""
-    if not j.exclusive:
-        return max(1, j.total_gpus)
+    node it may run on, so that the plan leaves that node to it alone; a one-node job asking
+    more CPUs than its GPUs' share of a node keeps the GPUs whose CPUs it takes, on the node
+    it may run on where that is most (capacity.gpus_kept)."""
     allowed = placement.servers if placement is not None else None
-    sizes = [n.gpus for n in snap.nodes if n.name in snap.type_of
-             and (allowed is None or n.name in allowed)]
-    return max([max(1, j.total_gpus)] + sizes)
+    mine = [n for n in snap.nodes if n.name in snap.type_of and (allowed is None or n.name in allowed)]
+    if j.exclusive:
+        return max([max(1, j.total_gpus)] + [n.gpus for n in mine])
+    if j.reshapeable or j.node_count > 1:
+        return max(1, j.total_gpus)
+    return max([max(1, j.total_gpus)] + [gpus_kept(j, n) for n in mine if n.gpus >= j.gpus])
 
 
 def could_hold(snap: Snapshot, j: SlurmJob, names: frozenset[str]) -> bool:
