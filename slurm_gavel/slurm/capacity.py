@@ -11,7 +11,10 @@ are shared out at its own rate, ``cpus / gpus`` per GPU (8 CPUs and 4 GPUs: 2 a 
   jobs elsewhere, instead of on 3 GPUs Slurm will never start anything on.
 * A node's free GPUs for the scheduler (`free_gpus`) are those no job the scheduler does
   not place (a non-gavel job) holds, at most as many as the CPUs those jobs left free
-  hold at the node's rate: a plain job on 1 GPU and 8 CPUs leaves none.
+  hold at the node's rate: a plain job on 1 GPU and 8 CPUs leaves none.  Those jobs' CPUs
+  are read from their own records (snapshot.py), in the same squeue as the gavel jobs: the
+  node's own count (``alloc_cpus``, read by a second call) may already hold a gavel job
+  that started in between, which would take a GPU from the plan for one poll.
 
 Counted this way, the gavel jobs planned on a node never ask more CPUs than it has (each
 takes at most its GPUs' worth of the node's rate, and they take at most its free GPUs).  It
@@ -50,14 +53,13 @@ def free_gpus(node: SlurmNode, others_gpus: int, others_cpus: int) -> int:
     return max(0, free)
 
 
-def others_cpus(node: SlurmNode, ours: Iterable[SlurmJob]) -> int:
-    """CPUs of `node` held by jobs other than the running gavel jobs `ours`: what Slurm says
-    is allocated there (every job's), less what those gavel jobs hold on it."""
+def cpus_of(jobs: Iterable[SlurmJob], node: str) -> int:
+    """CPUs the running `jobs` hold on `node` (a job on several nodes: its CPUs spread evenly)."""
     held = 0
-    for j in ours:
-        if j.running and node.name in j.nodes:
-            held += -(-j.cpus // max(1, len(j.nodes))) if j.cpus else 0
-    return max(0, node.alloc_cpus - held)
+    for j in jobs:
+        if j.running and node in j.nodes and j.cpus:
+            held += -(-j.cpus // len(j.nodes))
+    return held
 
 
 def cpu_shortage(job: SlurmJob, nodes: Iterable[SlurmNode], gpus_used: Mapping[str, int],
@@ -81,4 +83,4 @@ def cpu_shortage(job: SlurmJob, nodes: Iterable[SlurmNode], gpus_used: Mapping[s
     return f"needs {need} CPUs on a node; " + "; ".join(said[:3]) + more
 
 
-__all__ = ["cpu_shortage", "free_gpus", "gpus_kept", "others_cpus"]
+__all__ = ["cpu_shortage", "cpus_of", "free_gpus", "gpus_kept"]

@@ -18,12 +18,12 @@ import pytest
 from slurm_gavel.slurm.backend import discover_partitions
 from slurm_gavel.slurm.backend.holds import held_gpus
 from slurm_gavel.slurm.backend.snapshot import build
-from slurm_gavel.slurm.capacity import cpu_shortage, free_gpus, gpus_kept, others_cpus
+from slurm_gavel.slurm.capacity import cpu_shortage, cpus_of, free_gpus, gpus_kept
 from slurm_gavel.slurm.feasibility import judge
 from slurm_gavel.slurm.gputypes import discover
 from slurm_gavel.slurm.records import parse_jobs, parse_nodes
 
-from tests.unit.test_slurm_json import as_24_11
+from tests.support.slurm import as_24_11
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -92,16 +92,18 @@ def test_held_gpus_is_the_scale_factor_the_mechanism_plans():
 def test_free_gpus_count_the_cpus_other_jobs_left():
     jobs, nodes = recorded()
     by = {n.name: n for n in nodes}
-    ours = [j for j in jobs.values() if j.admin_comment.startswith("gavel:")]
+    snap = build(jobs.values(), nodes, discover(nodes))
     # plain job 6: 1 GPU and every CPU of k80-0; plain job 7: 1 GPU, 2 CPUs of k80-1
-    assert others_cpus(by["k80-0"], ours) == 8 and others_cpus(by["k80-1"], ours) == 2
+    assert dict(snap.others_cpus) == {"k80-0": 8, "k80-1": 2}
+    assert dict(snap.others_gpus) == {"k80-0": 1, "k80-1": 1}
     assert free_gpus(by["k80-0"], 1, 8) == 0
     assert free_gpus(by["k80-1"], 1, 2) == 3
     assert free_gpus(by["v100-0"], 0, 0) == 4
     assert free_gpus(by["v100-0"], 0, 3) == 2        # a CPU-only job on 3 CPUs: 5 left, 2 GPUs' worth
     # a running gavel job's CPUs are its own (the mechanism places it), not another's
     mine = dataclasses.replace(jobs["5"], state=("RUNNING",), nodes=("k80-0",))
-    assert others_cpus(by["k80-0"], ours + [mine]) == 0
+    assert cpus_of([mine, jobs["1"]], "k80-0") == 8 and cpus_of([mine], "k80-1") == 0
+    assert build([mine], nodes, discover(nodes)).others_cpus == {}
 
 
 def test_cpu_shortage_in_words():
@@ -110,3 +112,16 @@ def test_cpu_shortage_in_words():
     said = cpu_shortage(jobs["1"], nodes, used, frozenset({"k80-0", "k80-1"}))
     assert said == "needs 2 CPUs on a node; node k80-0: 3 GPUs free, 0 of 8 CPUs free", said
     assert cpu_shortage(jobs["4"], nodes, used, frozenset({"k80-1"})) == ""
+
+
+def test_a_start_whose_cpus_a_plain_job_took_is_taken_back():
+    from slurm_gavel.core.plan import Assignment
+    from slurm_gavel.slurm.backend.holds import taken_from
+    jobs, nodes = recorded()
+    snap = build(jobs.values(), nodes, discover(nodes))
+    # job 1 (2 GPUs, 2 CPUs) released onto k80-0, where plain job 6 holds 1 GPU and 8 CPUs
+    assert taken_from(snap, jobs["1"], Assignment(("1",), "k80", (("k80-0", 2),))) == "k80-0 (8 of its 8 CPUs)"
+    # job 5 (1 GPU, 8 CPUs: planned as 4) onto k80-1, where plain job 7 holds a GPU and 2 CPUs
+    assert taken_from(snap, jobs["5"], Assignment(("5",), "k80", (("k80-1", 4),))) == "k80-1 (1 of its 4 GPUs)"
+    assert taken_from(snap, jobs["1"], Assignment(("1",), "k80", (("k80-1", 2),))) == ""
+    assert taken_from(snap, jobs["5"], Assignment(("5",), "v100", (("v100-0", 4),))) == ""

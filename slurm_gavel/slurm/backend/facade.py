@@ -31,7 +31,7 @@ from ...core.backend import Departure, JobState, Observation
 from ...core.errors import InputError
 from ...core.interfaces import Backend
 from ...core.plan import Assignment, RoundPlan, Server
-from ..capacity import cpu_shortage, free_gpus, others_cpus
+from ..capacity import cpu_shortage, free_gpus
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
 from ..feasibility import accepts
 from ..flags import from_admin_comment
@@ -262,12 +262,11 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         jobs left free make up (capacity.free_gpus: a plain job on 1 GPU and every CPU
         leaves none)."""
         servers = []
-        ours = tuple(self._jobs.values())
         for n in self._nodes:
             wt = self.snapshot.type_of.get(n.name)
             if wt is None or not n.usable:
                 continue
-            free = free_gpus(n, self._others_gpus.get(n.name, 0), others_cpus(n, ours))
+            free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0))
             if free > 0:
                 servers.append(Server(n.name, wt, free))
         return tuple(servers)
