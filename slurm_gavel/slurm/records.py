@@ -346,10 +346,7 @@ class SlurmNode:
     features: tuple[str, ...] = ()       # active features
     shards: int = 0                      # gres/shard of the node (all its GPUs together)
     shard_sockets: int = 0               # sockets its shards are bound to (gres.conf Cores=)
-    # what running jobs hold of it (every job's; 0 unknown).  Memory counts only where
-    # Slurm tracks it (SelectTypeParameters CR_*_Memory); otherwise Slurm says 0.
-    alloc_cpus: int = 0
-    alloc_memory: float = 0.0            # MB
+    alloc_cpus: int = 0                  # CPUs running jobs hold of it (every job's; 0 unknown)
 
     @property
     def usable(self) -> bool:
@@ -658,8 +655,7 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
                                cpus=int(cpus) if cpus else None, features=_names(features),
                                shards=_node_shards(n.get("gres")),
                                shard_sockets=shard_sockets(n.get("gres")),
-                               alloc_cpus=_count(n.get("alloc_cpus")),
-                               alloc_memory=_positive(n.get("alloc_memory")) or 0.0))
+                               alloc_cpus=_count(n.get("alloc_cpus"))))
     return nodes
 
 

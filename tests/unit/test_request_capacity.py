@@ -125,3 +125,9 @@ def test_a_start_whose_cpus_a_plain_job_took_is_taken_back():
     assert taken_from(snap, jobs["5"], Assignment(("5",), "k80", (("k80-1", 4),))) == "k80-1 (1 of its 4 GPUs)"
     assert taken_from(snap, jobs["1"], Assignment(("1",), "k80", (("k80-1", 2),))) == ""
     assert taken_from(snap, jobs["5"], Assignment(("5",), "v100", (("v100-0", 4),))) == ""
+
+
+def test_24_11_nodes_say_what_is_allocated_too():
+    # the 24.11 recording (tests/fixtures/README.md): a 1-CPU job runs on v100-0 and on k80-0
+    alloc = {n.name: n.alloc_cpus for n in parse_nodes(load("nodes-24.11.json"))}
+    assert alloc == {"k80-0": 1, "k80-1": 0, "p100-0": 0, "p100-1": 0, "v100-0": 1, "v100-1": 0}
