@@ -41,8 +41,8 @@ def node_refuses(job: SlurmJob, node: SlurmNode, gpus: bool = True) -> str:
     need = job.memory_needed
     if need and node.memory and need > node.memory:
         return f"needs {need:.0f} MB memory per node, {node.name} has {node.memory:.0f}"
-    if job.cpus_per_node and node.cpus and job.cpus_per_node > node.cpus:
-        return f"needs {job.cpus_per_node} CPUs per node, {node.name} has {node.cpus}"
+    if job.cpus_needed and node.cpus and job.cpus_needed > node.cpus:
+        return f"needs {job.cpus_needed} CPUs per node, {node.name} has {node.cpus}"
     if job.features and _SIMPLE_CONSTRAINT.match(job.features):
         # a&b (or a,b): every feature; anything fancier (|, [], counts) is left to Slurm
         missing = [f for f in re.split(r"[&,]", job.features) if f not in node.features]

@@ -267,6 +267,8 @@ class SlurmJob:
     # (--tres-per-task=gres/shard:K, a multi-GPU pair's half: slurm/backend/pairs/multi.py; 0 none)
     tasks: int = 0
     task_shards: int = 0
+    # CPUs of the whole job (squeue's cpus: asked while pending, held while running; 0 unknown)
+    cpus: int = 0
 
     def tasks_per_node(self, gpus_per_node: int) -> int | None:
         """Tasks on each node when run with `gpus_per_node` GPUs there (--ntasks-per-gpu);
@@ -309,6 +311,13 @@ class SlurmJob:
         return self.gpus_per_job > 0
 
     @property
+    def cpus_needed(self) -> int:
+        """CPUs it takes on each of its nodes: its CPUs per node, or its CPUs spread over its
+        nodes (``-n 4 -c 2`` on one node: 8, though Slurm's per-node minimum says 2); 0 unknown."""
+        spread = -(-self.cpus // max(1, self.node_count)) if self.cpus else 0
+        return max(self.cpus_per_node or 0, spread)
+
+    @property
     def memory_needed(self) -> float | None:
         """MB it asks of each node (per node, or per CPU times its CPUs per node), None if unset."""
         if self.memory_per_node:
@@ -337,6 +346,7 @@ class SlurmNode:
     features: tuple[str, ...] = ()       # active features
     shards: int = 0                      # gres/shard of the node (all its GPUs together)
     shard_sockets: int = 0               # sockets its shards are bound to (gres.conf Cores=)
+    alloc_cpus: int = 0                  # CPUs running jobs hold of it (every job's; 0 unknown)
 
     @property
     def usable(self) -> bool:
@@ -431,6 +441,26 @@ def _tasks_on_node(j: dict, node_count: int) -> int:
     return -(-tasks // max(1, node_count)) if tasks else 1
 
 
+def _tres_count(value: Any, name: str) -> int:
+    """One count of a TRES string: ('cpu=2,mem=16G,node=1,billing=2', 'node') -> 1; 0 if absent."""
+    m = re.search(rf"(?:^|,){re.escape(name)}=(\d+)(?:,|$)", text(value))
+    return int(m.group(1)) if m and int(m.group(1)) <= 1_000_000 else 0
+
+
+def _node_count(j: dict, nodes: list[str]) -> int:
+    """The nodes a job holds (running: its node list), else the nodes it asked for.
+
+    A pending job's ``node_count`` is Slurm's estimate, not the request: 22.05 says 2 for
+    ``-N 1 --ntasks=1 --cpus-per-task=2 --gres=gpu:2`` (``scontrol show job``: NumNodes=1-1).
+    Its request is the smallest node count, ``node=`` of ``tres_req_str``, at most
+    ``max_nodes`` (-N min-max; 0: no maximum)."""
+    if nodes:
+        return _count(j.get("node_count")) or len(nodes)
+    asked = _tres_count(j.get("tres_req_str"), "node") or _count(j.get("node_count")) or 1
+    most = _count(j.get("max_nodes"))
+    return min(asked, most) if most else asked
+
+
 def _names(value: Any) -> tuple[str, ...]:
     """A node or feature list: 'a,b' or 'v100-[0-1]' (22.05) or ['a', 'b'] (24.11)."""
     if isinstance(value, list):
@@ -445,8 +475,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             continue
         gpu_type, gpus = gpu_request(j.get("tres_per_node"))
         job_type, per_job = gpu_request(j.get("tres_per_job"))
-        node_count = _count(j.get("node_count")) or 1
         nodes = expand_hostlist(text(j.get("nodes")))
+        node_count = _node_count(j, nodes)
         detail = [_node_detail(e) for e in j["gres_detail"]] \
             if isinstance(j.get("gres_detail"), list) else []
         on_nodes = _gres_detail(j.get("gres_detail"), len(nodes))
@@ -501,7 +531,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             gpus_on_nodes=on_nodes, shards=shards,
             gpu_indices=tuple(d.indices for d in detail), gpu_shards=tuple(d.use for d in detail),
             tasks_per_gpu=_count(j.get("tasks_per_tres")), tasks=_count(j.get("tasks")),
-            task_shards=task_shards)
+            task_shards=task_shards, cpus=_count(j.get("cpus")))
         jobs.extend(_array_tasks(job, j))
     return jobs
 
@@ -624,7 +654,8 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
                                memory=_positive(n.get("real_memory")),
                                cpus=int(cpus) if cpus else None, features=_names(features),
                                shards=_node_shards(n.get("gres")),
-                               shard_sockets=shard_sockets(n.get("gres"))))
+                               shard_sockets=shard_sockets(n.get("gres")),
+                               alloc_cpus=_count(n.get("alloc_cpus"))))
     return nodes
 
 

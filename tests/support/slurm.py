@@ -83,3 +83,19 @@ def shard_job_submit_lua(directory) -> str:
     path = directory / "job_submit.lua"
     path.write_text(text.replace(line, f"local GAVEL_SHARDS_PER_GPU = {SHARDS_PER_GPU}\n"))
     return str(path)
+
+
+# -- recorded JSON in another version's shapes --------------------------------------------
+def as_24_11(value):
+    """22.05's plain numbers as 24.11's {"set", "infinite", "number"} objects (null: unset),
+    shared as 24.11's flag list: the same request in 24.11's field shapes."""
+    if isinstance(value, dict):
+        return {k: (as_24_11(v) if k not in ("shared",) else ([v] if isinstance(v, str) else []))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_24_11(v) for v in value]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
+        return value
+    if value is None:
+        return {"set": False, "infinite": False, "number": 0}
+    return {"set": True, "infinite": False, "number": value}

@@ -15,6 +15,8 @@ from slurm_gavel.slurm.backend import discover_partitions
 from slurm_gavel.slurm.records import (expand_hostlist, gpu_request, number, parse_jobs,
                                        parse_nodes, slurm_release, states)
 
+from tests.support.slurm import as_24_11
+
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
 pytestmark = pytest.mark.slurm24
 
@@ -145,21 +147,6 @@ def test_unknown_or_missing_fields_never_raise():
 # type, 8 CPUs and 16 GB per node), gavel jobs held by the plugin, in submission order:
 # 1 -N 2 --gres=gpu:4, 2 --gpus=6, 3 -N 3 --gres=gpu:1, 4 --mem=20G, 5 --mem=8G,
 # 6 --mem-per-cpu=3G -c 2, 7 --exclusive, 9 --dependency=afterok:7, 11 -c 12.
-def as_24_11(value):
-    """22.05's plain numbers as 24.11's {"set", "infinite", "number"} objects (null: unset),
-    shared as 24.11's flag list: the same request in 24.11's field shapes."""
-    if isinstance(value, dict):
-        return {k: (as_24_11(v) if k not in ("shared",) else ([v] if isinstance(v, str) else []))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [as_24_11(v) for v in value]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
-        return value
-    if value is None:
-        return {"set": False, "infinite": False, "number": 0}
-    return {"set": True, "infinite": False, "number": value}
-
-
 @pytest.mark.parametrize("shape", ["22.05", "24.11-shaped"])
 def test_job_requests_read_from_both_versions(shape):
     data = load("squeue-shapes-22.05.json")

@@ -55,7 +55,10 @@ def test_a_released_job_that_does_not_start_is_held_and_backs_off_doubling():
 def test_a_job_that_needs_two_nodes_is_never_planned_and_says_why():
     clock = SimulatedClock(1000.0)
     cli = ReplayCLI()
-    cli.job["node_count"] = 2
+    # -N 2 as Slurm says it of a pending job: its request (tres_req_str node=2, max_nodes),
+    # not node_count alone (an estimate: see tests/unit/test_request_capacity.py)
+    cli.job["node_count"] = cli.job["max_nodes"] = 2
+    cli.job["tres_req_str"] = cli.job["tres_req_str"].replace("node=1", "node=2")
     backend = SlurmBackend(cli, clock)
     state = backend.observe().jobs[0]
     # GPUs per node on two nodes without a total (submitted without the plugin): its

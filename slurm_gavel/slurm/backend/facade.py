@@ -31,6 +31,7 @@ from ...core.backend import Departure, JobState, Observation
 from ...core.errors import InputError
 from ...core.interfaces import Backend
 from ...core.plan import Assignment, RoundPlan, Server
+from ..capacity import cpu_shortage, free_gpus
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
 from ..feasibility import accepts
 from ..flags import from_admin_comment
@@ -257,13 +258,15 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         return states, sizes
 
     def _servers(self) -> tuple[Server, ...]:
-        """Each usable node's GPUs that no non-gavel job holds."""
+        """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs such
+        jobs left free make up (capacity.free_gpus: a plain job on 1 GPU and every CPU
+        leaves none)."""
         servers = []
         for n in self._nodes:
             wt = self.snapshot.type_of.get(n.name)
             if wt is None or not n.usable:
                 continue
-            free = n.gpus - self._others_gpus.get(n.name, 0)
+            free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0))
             if free > 0:
                 servers.append(Server(n.name, wt, free))
         return tuple(servers)
@@ -279,9 +282,11 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 if self._pairs[job_id] not in running:
                     running.append(self._pairs[job_id])
                 continue
-            # an --exclusive job holds its whole node, as it was planned (see holds.held_gpus)
+            # an --exclusive job holds its whole node, as it was planned, and a one-node job
+            # the GPUs whose CPUs it takes (see holds.held_gpus)
+            whole = j.exclusive or len(r.nodes) == 1 and sizes.get(job_id, 0) > j.gpus_on(r.nodes[0])
             running.append(Assignment((job_id,), r.worker_type, tuple(
-                (n, sizes.get(job_id, j.gpus) if j.exclusive else j.gpus_on(n)) for n in r.nodes)))
+                (n, sizes.get(job_id, j.gpus) if whole else j.gpus_on(n)) for n in r.nodes)))
         # Released but not started yet (Slurm starts a released job within seconds):
         # to the mechanism it already holds its GPUs, so it is kept, not started twice.
         # (One that does not start in time was taken back above.)
@@ -326,19 +331,38 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                                "worker_type": r.worker_type if r else self._run_type(j.partition, j.nodes),
                                "nodes": ",".join(r.nodes if r else j.nodes)}
             elif job_id in self._starting:
-                _, at = self._starting[job_id]
+                a, at = self._starting[job_id]
+                short = self._cpu_words(j, frozenset(a.nodes))
                 out[job_id] = {"state": "S", "gpus": 0,
                                "detail": f"released {now - at:.0f} s ago, not started yet; Slurm says: "
-                                         f"{j.reason or 'nothing yet'}"}
+                                         f"{j.reason or 'nothing yet'}" + (f"; {short}" if short else "")}
             elif job_id in self._holds:
-                out[job_id] = {"state": "W", "gpus": 0, "detail": self._holds[job_id]}
+                short = self._cpu_words(j) if job_id in self._stuck else ""
+                out[job_id] = {"state": "W", "gpus": 0,
+                               "detail": self._holds[job_id] + (f"; {short}" if short else "")}
             elif job_id in self._taken:
                 out[job_id] = {"state": "PD", "gpus": 0, "detail": self._taken[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
-                if job_id in self._notes:
-                    out[job_id]["detail"] = self._notes[job_id]
+                detail = self._notes.get(job_id) or self._cpu_words(j)
+                if detail:
+                    out[job_id]["detail"] = detail
         return out
+
+    def _cpu_words(self, j: SlurmJob, nodes: frozenset[str] | None = None) -> str:
+        """Nodes with GPUs free for `j` but not its CPUs, in words (capacity.cpu_shortage):
+        of `nodes`, else of the nodes of its types it may run on."""
+        if nodes is None:
+            names = set(self.snapshot.type_of)
+            if j.excluded_nodes:
+                names -= set(j.excluded_nodes)
+            nodes = frozenset(names)
+        used = dict(self._others_gpus)
+        for other in self._jobs.values():
+            if other.running:
+                for n in other.nodes:
+                    used[n] = used.get(n, 0) + other.gpus_on(n)
+        return cpu_shortage(j, self._nodes, used, nodes)
 
     # -- actions ---------------------------------------------------------------------
     def _placed(self, job: str) -> tuple[str, tuple[str, ...]]:

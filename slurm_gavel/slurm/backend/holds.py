@@ -10,7 +10,8 @@ QOS or user leaves that partition's types out for good.  What Slurm can run at a
 from each job's request (feasibility.py: `_where`): a job that needs several nodes, fits
 no node or waits for its dependency is not planned, with the reason; one that fits only
 some partitions or nodes is planned only there.  A job that asks its GPUs per node is
-planned on one node; a distributed job on as few nodes of one type as hold its total in
+planned on one node, as the GPUs it keeps from others (`held_gpus`: --exclusive, the whole
+node; more CPUs than its GPUs' share of the node, the GPUs whose CPUs it takes); a distributed job on as few nodes of one type as hold its total in
 equal parts (Placement.same_gpus_per_server).  A released job whose planned GPUs a
 non-gavel job took before Slurm started it is held at once and planned again (`replan`).
 A job lost with its node waits until the node has answered `lost_settle_seconds`.  A
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from ...core.plan import Assignment, Placement
+from ..capacity import cpus_of, gpus_kept
 from ..feasibility import judge
 from ..flags import admin_flags, admin_status, with_status
 from ..records import SlurmJob
@@ -98,13 +100,16 @@ def rounds_text(seconds: float, round_seconds: float | None) -> str:
 
 def held_gpus(snap: Snapshot, j: SlurmJob, placement: Placement | None) -> int:
     """GPUs the job keeps from others: its own, or (--exclusive) every GPU of the largest
-    node it may run on, so that the plan leaves that node to it alone."""
-    if not j.exclusive:
-        return max(1, j.total_gpus)
+    node it may run on, so that the plan leaves that node to it alone; a one-node job asking
+    more CPUs than its GPUs' share of a node keeps the GPUs whose CPUs it takes, on the node
+    it may run on where that is most (capacity.gpus_kept)."""
     allowed = placement.servers if placement is not None else None
-    sizes = [n.gpus for n in snap.nodes if n.name in snap.type_of
-             and (allowed is None or n.name in allowed)]
-    return max([max(1, j.total_gpus)] + sizes)
+    mine = [n for n in snap.nodes if n.name in snap.type_of and (allowed is None or n.name in allowed)]
+    if j.exclusive:
+        return max([max(1, j.total_gpus)] + [n.gpus for n in mine])
+    if j.reshapeable or j.node_count > 1:
+        return max(1, j.total_gpus)
+    return max([max(1, j.total_gpus)] + [gpus_kept(j, n) for n in mine if n.gpus >= j.gpus])
 
 
 def could_hold(snap: Snapshot, j: SlurmJob, names: frozenset[str]) -> bool:
@@ -126,17 +131,25 @@ def could_hold(snap: Snapshot, j: SlurmJob, names: frozenset[str]) -> bool:
 
 def taken_from(snap: Snapshot, j: SlurmJob, a: Assignment) -> str:
     """Why the released, pending `j` cannot start where it was planned ("" if it can):
-    a non-gavel job holds GPUs of a planned node that the plan counted as free."""
+    a non-gavel job holds GPUs of a planned node that the plan counted as free, or the
+    CPUs it needs there."""
     gavel: dict[str, int] = {}
     for other in snap.gavel.values():
         if other.running and other.job_id != j.job_id:
             for n in other.nodes:
                 gavel[n] = gavel.get(n, 0) + other.gpus_on(n)
     short = []
+    ours = [o for o in snap.gavel.values() if o.job_id != j.job_id]
     for name, need in a.servers:
         n, others = snap.node_named.get(name), snap.others_gpus.get(name, 0)
         if n is not None and others > 0 and n.gpus - others - gavel.get(name, 0) < need:
             short.append(f"{name} ({others} of its {n.gpus} GPUs)")
+        elif n is not None and n.cpus and j.cpus_needed > n.cpus - n.alloc_cpus:
+            # the CPUs non-gavel jobs hold there, as their records in the same poll say (the
+            # node's own count may already hold a gavel job that started since)
+            cpus = snap.others_cpus.get(name, 0)
+            if cpus > 0 and j.cpus_needed > n.cpus - cpus - cpus_of(ours, name):
+                short.append(f"{name} ({cpus} of its {n.cpus} CPUs)")
     return ", ".join(short)
 
 

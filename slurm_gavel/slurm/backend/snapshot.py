@@ -4,7 +4,7 @@ A poll is one `squeue --json` and one `scontrol show nodes --json` (records.py p
 them).  The snapshot keeps every job listed (gavel or not, finished ones too: their end
 is read from them), the nodes, the gavel jobs Slurm lists as active (those whose
 AdminComment the job_submit plugin marked ``gavel:``), the GPUs non-gavel jobs hold on
-each node, which running jobs hold each GPU (node, gres_detail IDX), and each node's GPU
+each node (and the CPUs they hold there), which running jobs hold each GPU (node, gres_detail IDX), and each node's GPU
 type.  A snapshot never changes: what the backend knows of a job after acting on it
 ("as Slurm has it now, until the next poll") is a new snapshot (`with_job`).
 """
@@ -31,6 +31,8 @@ class Snapshot:
     gpu_users: Mapping[tuple[str, str], tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({}))   # (node, IDX) -> running jobs
     type_of: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # node -> CPUs non-gavel jobs hold there, from their own records (the same squeue)
+    others_cpus: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     @cached_property
     def node_named(self) -> Mapping[str, SlurmNode]:
@@ -60,6 +62,7 @@ def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap) 
     jobs, nodes = tuple(jobs), tuple(nodes)
     gavel: dict[str, SlurmJob] = {}
     others: dict[str, int] = {}
+    cpus: dict[str, int] = {}
     users: dict[tuple[str, str], list[str]] = {}
     for j in jobs:
         if j.running:
@@ -72,9 +75,10 @@ def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap) 
         elif j.running:
             for n in j.nodes:                  # as Slurm split them (4+2 for --gpus=6)
                 others[n] = others.get(n, 0) + j.gpus_on(n)
+                cpus[n] = cpus.get(n, 0) + -(-j.cpus // len(j.nodes))
     return Snapshot(jobs, nodes, MappingProxyType(gavel), MappingProxyType(others),
                     MappingProxyType({k: tuple(v) for k, v in users.items()}),
-                    MappingProxyType(types.node_types(nodes)))
+                    MappingProxyType(types.node_types(nodes)), MappingProxyType(cpus))
 
 
 def id_order(job_id: str) -> tuple[int, int]:
