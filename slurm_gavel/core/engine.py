@@ -87,6 +87,10 @@ MEASURED_RESTART_SECONDS = 18.0
 # keeps a job from the types X gives it.
 DEFAULT_HYSTERESIS = 2.0
 DEFAULT_MOVE_HYSTERESIS = 5.0
+# At most this many jobs preempted in one round (ledger.Churn.max_preemptions; 0: no
+# cap): a reshuffle of a large queue is spread over rounds instead of one wave of
+# hundreds of signals and requeues that slurmctld must carry out at once.
+DEFAULT_MAX_PREEMPTIONS = 0
 # Time every entry counts as received after a reset, in rounds: Gavel seeds
 # each job with half a round, so that a reset does not make every priority
 # infinite at once.
@@ -207,6 +211,7 @@ class Engine:
                  hysteresis: float = DEFAULT_HYSTERESIS,
                  restart_seconds: float = DEFAULT_RESTART_SECONDS,
                  move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
+                 max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
                  entity_weights: Mapping[str, float] | None = None):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
@@ -214,7 +219,8 @@ class Engine:
         self.churn = Churn(hysteresis=float(hysteresis) * float(round_seconds),
                            restart_seconds=float(restart_seconds),
                            seed_seconds=SEED_ROUNDS * float(round_seconds),
-                           move_hysteresis=float(move_hysteresis) * float(round_seconds))
+                           move_hysteresis=float(move_hysteresis) * float(round_seconds),
+                           max_preemptions=max_preemptions)
         self.work_conserving = work_conserving
         self.carry_owed = carry_owed        # what rows were owed survives a reset (Ledger.owed)
         self._usable: tuple[Allocation | None, np.ndarray | None] = (None, None)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MOVE_HYSTERESIS,
+                           MEASURED_RESTART_SECONDS)
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
@@ -49,6 +50,8 @@ class Config:
     hysteresis_rounds: float = DEFAULT_HYSTERESIS
     move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
     restart_seconds: float = MEASURED_RESTART_SECONDS
+    # at most this many jobs preempted a round (0: no cap): a large reshuffle over a few rounds
+    max_preemptions_per_round: int = DEFAULT_MAX_PREEMPTIONS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
@@ -123,6 +126,10 @@ class Config:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
                 bad(key, f"must be a number >= 0, got {v!r}")
+        if not (isinstance(self.max_preemptions_per_round, int)
+                and not isinstance(self.max_preemptions_per_round, bool) and self.max_preemptions_per_round >= 0):
+            bad("max_preemptions_per_round", f"must be a whole number >= 0 (0: no cap), "
+                                             f"got {self.max_preemptions_per_round!r}")
         if not (isinstance(self.max_pair_gpus, int) and not isinstance(self.max_pair_gpus, bool)
                 and 1 <= self.max_pair_gpus <= MAX_PAIR_GPUS):
             bad("max_pair_gpus", f"must be an integer 1-{MAX_PAIR_GPUS}, got {self.max_pair_gpus!r}")

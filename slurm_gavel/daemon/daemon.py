@@ -145,6 +145,7 @@ class Daemon:
                              hysteresis=config.hysteresis_rounds,
                              restart_seconds=config.restart_seconds,
                              move_hysteresis=config.move_hysteresis_rounds,
+                             max_preemptions=config.max_preemptions_per_round,
                              # read once now: a restart with the same shares is no reset event
                              entity_weights=self.fairshare.refresh() if self.fairshare else config.entities)
         self._resume()

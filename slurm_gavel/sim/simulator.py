@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.clock import SimulatedClock
-from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
 from ..core.interfaces import Backend
@@ -387,7 +387,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
              checkpoint_seconds: float | None = None,
              move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
-             mid_round_starts: bool = False, max_pair_gpus: int | None = None) -> Simulation:
+             mid_round_starts: bool = False, max_pair_gpus: int | None = None,
+             max_preemptions: int = DEFAULT_MAX_PREEMPTIONS) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -401,6 +402,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     GPUs that are idle (Engine.start_arrivals) instead of at the next round.
     `max_pair_gpus`: with space sharing, pair only jobs of at most that many GPUs each
     (1: as the Slurm backend does; None: any, as Gavel's simulator).
+    `max_preemptions`: at most that many jobs preempted a round (0: no cap), as the daemon's
+    max_preemptions_per_round.
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -419,7 +422,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
                         prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds,
                         work_conserving=work_conserving, hysteresis=hysteresis,
                         restart_seconds=restart_seconds, move_hysteresis=move_hysteresis,
-                        carry_owed=carry_owed)
+                        carry_owed=carry_owed, max_preemptions=max_preemptions)
     except ValueError as e:
         raise InputError("--hysteresis", str(e)) from None
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
