@@ -129,6 +129,7 @@ class SimulatedCluster(Backend):
         self.restart_seconds = float(restart_seconds)
         self.measure = measure                 # report what each running job made (estimator)
         self._measurements: list = []
+        self.preempted: list[int] = []             # jobs stopped by each round that stopped any
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
         self._arrivals: Iterator[tuple[int, TraceJob]] = iter(enumerate(jobs))
         self._next: tuple[int, TraceJob] | None = next(self._arrivals, None)
@@ -179,6 +180,8 @@ class SimulatedCluster(Backend):
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
         self._finish_round(now)       # what ran since the last observation ran on the old plan
+        if plan.preempt:
+            self.preempted.append(len(plan.preempt))
         for job in plan.preempt:
             self._rate.pop(job, None)
             self._type.pop(job, None)
@@ -375,6 +378,7 @@ class Simulation:
     allocation_gap: float
     wall_seconds: float
     complete: bool
+    preempted_per_round: tuple[int, ...] = ()   # jobs each round stopped (the waves a cluster carries out)
 
 
 def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int], policy,
@@ -476,7 +480,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
                       busy_gpu_seconds=dict(zip(backend.worker_types, map(float, backend.busy_gpu_seconds))),
                       gpus={wt: int(c) for wt, c in cluster.items()},
                       allocation_gap=allocation_gap(store.allocations, results, clock.now()),
-                      wall_seconds=time.perf_counter() - started, complete=complete)
+                      wall_seconds=time.perf_counter() - started, complete=complete,
+                      preempted_per_round=tuple(backend.preempted))
 
 
 def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) -> float:
@@ -576,6 +581,7 @@ def summarize(sim: Simulation, table: ThroughputTable, window: tuple[int, int] |
         "utilization_total": (sum(sim.busy_gpu_seconds.values()) / total_capacity) if total_capacity else 0.0,
         "allocation_gap": sim.allocation_gap,
         "restarts_per_job": (float(np.mean([max(0, r.starts - 1) for r in finished])) if finished else None),
+        "max_preempted_per_round": max(sim.preempted_per_round, default=0),
         "rounds": sim.rounds,
         "simulated_hours": sim.end_time / 3600.0,
         "solves": sim.solves,

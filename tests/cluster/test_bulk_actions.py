@@ -120,9 +120,24 @@ def test_a_round_that_changes_nothing_costs_no_slurm_command_and_changes_cost_pe
     assert acting() == before, cli.commands
     assert update_rpcs(cluster) == rpcs
 
+    # the waiting jobs' status (AdminComment): written once, for a budget of jobs a round,
+    # then nothing while it does not change
+    reasons = {job: "waiting for its round (others have higher priority)" for job in queue}
+    backend.show_holds(reasons, limit=8)
+    assert update_rpcs(cluster) - rpcs == 8                  # one RPC per job, 8 of 12
+    backend.observe()
+    backend.show_holds(reasons, limit=8)
+    assert update_rpcs(cluster) - rpcs == 12                 # the other 4
+    backend.observe()
+    before_calls = cli.commands["scontrol update"]
+    backend.show_holds(reasons, limit=8)
+    assert update_rpcs(cluster) - rpcs == 12 and cli.commands["scontrol update"] == before_calls
+    rpcs = update_rpcs(cluster)
+
     # two of the queue start on v100-1: two updates and one release, whatever the queue's length
     two = [Assignment((job,), "v100", (("v100-1", 1),)) for job in queue[:2]]
     before = dict(cli.commands)
     backend.execute(_plan(5, keep=first, start=two), time.time() + 60)
     assert cli.commands["scontrol update"] - before.get("scontrol update", 0) == 2, cli.commands
+    assert update_rpcs(cluster) - rpcs == 4      # release is an update RPC too: 2 per start
     assert cli.commands["scontrol release"] - before.get("scontrol release", 0) == 1, cli.commands
