@@ -488,8 +488,9 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         # most ahead of their share (lowest priority where they run); the rest keep their
         # GPUs this round, picked first, and the rows that would have taken them wait,
         # more behind (higher priority) next round.  Ends: `forced` grows every pass.
-        placed_now = {job for a in assignments for job in a.jobs}
-        stopped = [index[row] for row in before if row in index and not placed_now.issuperset(row)
+        # a row stops unless it keeps its very assignment (a move within its type stops it too)
+        unchanged = set(assignments)
+        stopped = [index[row] for row, b in before.items() if row in index and b not in unchanged
                    and running_on[index[row]] >= 0]
         if sum(len(rows[r]) for r in stopped) <= cap:
             break

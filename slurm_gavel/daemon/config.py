@@ -73,6 +73,9 @@ class Config:
     # started late in a round and preempted at its end gets the time to set its trap
     min_run_seconds: float = 30.0
     start_timeout_seconds: float = 30.0  # a released job not started by then is held again (backoff)
+    # the database forgets ended jobs, old rounds, placements, allocations and events after
+    # this many days (checked hourly; 0: keeps everything)
+    retention_days: float = 28.0
     progress_dir: str | None = None      # where jobs write progress (GAVEL_PROGRESS_DIR); else
                                          # <job working directory>/.gavel/<job id>.jsonl
     slurm_bin_dir: str | None = None
@@ -122,7 +125,7 @@ class Config:
         if not (isinstance(self.min_run_seconds, (int, float)) and not isinstance(self.min_run_seconds, bool)
                 and 0 <= self.min_run_seconds < math.inf):
             bad("min_run_seconds", f"must be a number >= 0, got {self.min_run_seconds!r}")
-        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds"):
+        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds", "retention_days"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
                 bad(key, f"must be a number >= 0, got {v!r}")

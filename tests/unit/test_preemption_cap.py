@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from slurm_gavel.core.ledger import Churn, Ledger
 from slurm_gavel.core.mechanism import plan_round
 from slurm_gavel.core.model import Allocation
 from slurm_gavel.core.plan import Server
+from slurm_gavel.policies import make_policy
+
+from tests.support.inputs import make_input, random_input
 
 ROUND = 60.0
 
@@ -67,3 +72,27 @@ def test_the_jobs_stopped_first_are_the_most_ahead_of_their_share():
 def test_a_bad_cap_is_refused():
     with pytest.raises(ValueError):
         Churn(max_preemptions=-1)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), n=st.integers(4, 24), cap=st.integers(1, 4))
+def test_the_cap_holds_with_multi_gpu_jobs_on_shared_servers(seed, n, cap):
+    """Jobs of 1-8 GPUs on 4-GPU servers of three types, work conserving: a round never
+    preempts (or moves) more than `cap` jobs, whatever the allocation."""
+    rng = np.random.default_rng(seed)
+    inp = random_input(rng, n, 3, multi_gpu=True)
+    types = ("v100", "p100", "k80")
+    inp = make_input(inp.throughputs, [8, 8, 8], types=types, scale_factors=inp.scale_factors)
+    alloc = make_policy("max_min_fairness").allocate(inp)
+    srv = [Server(f"{wt}-{k}", wt, 4) for wt in types for k in range(2)]
+    best = inp.solo_throughputs.max(axis=1, keepdims=True)
+    usable = np.divide(inp.solo_throughputs, best, out=np.zeros_like(best * inp.solo_throughputs),
+                       where=best > 0)
+    sf = dict(zip(inp.job_ids, inp.scale_factors.tolist()))
+    ledger, previous = Ledger(types), ()
+    for number in range(8):
+        plan = plan_round(number, alloc, ledger, srv, sf, previous, usable=usable,
+                          churn=Churn(seed_seconds=180, max_preemptions=cap))
+        assert len(plan.preempt) <= cap, (number, plan.preempt)
+        ledger.record(plan.assignments, 360)
+        previous = plan.assignments
