@@ -58,7 +58,8 @@ def _workload_options(p):
                         "this many rounds more behind its share there (default: %(default)s)")
     p.add_argument("--max-preemptions", type=int, default=0, metavar="JOBS",
                    help="at most this many jobs preempted in one round, a large reshuffle spread "
-                        "over rounds (0: no cap; default: the daemon's max_preemptions_per_round)")
+                        "over rounds (default 0: no cap, the paper's mechanism; the daemon's "
+                        "max_preemptions_per_round is 64)")
     p.add_argument("--no-carry-owed", action="store_false", dest="carry_owed",
                    help="forget at each ledger reset what jobs were still owed (default: carry it "
                         "over, bounded, so that jobs the hysteresis keeps in place still get X's "

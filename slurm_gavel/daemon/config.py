@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MOVE_HYSTERESIS,
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS,
                            MEASURED_RESTART_SECONDS)
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
@@ -51,7 +51,7 @@ class Config:
     move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
     restart_seconds: float = MEASURED_RESTART_SECONDS
     # at most this many jobs preempted a round (0: no cap): a large reshuffle over a few rounds
-    max_preemptions_per_round: int = DEFAULT_MAX_PREEMPTIONS
+    max_preemptions_per_round: int = MEASURED_MAX_PREEMPTIONS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
