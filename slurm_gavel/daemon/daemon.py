@@ -283,7 +283,11 @@ class Daemon:
             if any(pruned.values()):
                 log.info("database: forgot what is older than %g days (%s)", days,
                          ", ".join(f"{n} {table}" for table, n in pruned.items() if n))
-        size, rows = self.store.size()
+        try:
+            size, rows = self.store.size()
+        except (sqlite3.Error, OSError) as e:     # only the metrics miss it
+            log.warning("database size not read: %s", e)
+            return
         self.metrics.database(size, rows, pruned)
 
     def _storage_worked(self) -> None:

@@ -48,7 +48,9 @@ SACCT_BATCH = 500                   # job ids per sacct call (one call for a usu
 # REQUEST_UPDATE_JOB), each under slurmctld's job lock; while slurmctld works through a
 # preemption wave those RPCs took 0.25-0.95 s each (a 1,600-GPU cluster), so that one
 # call of ~600 ids overran the 30 s timeout half-done.  25 ids end within ~24 s at the
-# slowest rate measured, and a chunk that times out is tried again in halves.
+# slowest rate measured, and a chunk that times out is tried again in halves.  An id
+# Slurm refuses fails alone (22.05: the others are done, exit 1, stderr "Invalid job id
+# specified for job 77"), so a refused chunk names its failed jobs (`named`).
 CHUNK_IDS = 25
 # Concurrent `scontrol update` processes for a round's starts: 22.05 refuses a list of
 # ids together with NodeList ("Invalid job ID 1,2"), so each start is its own process,
