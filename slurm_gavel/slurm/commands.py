@@ -375,14 +375,17 @@ class SlurmCLI:
                     continue
                 failed.append((named(e.stderr, part) or part, e))
         if failed:
-            first = failed[0][1]
-            error = SlurmCommandError(command([i for part, _ in failed for i in part]),
-                                      None if all(e.returncode is None for _, e in failed) else
-                                      next(e.returncode for _, e in failed if e.returncode is not None),
+            not_done = tuple(i for part, _ in failed for i in part)
+            codes = [e.returncode for _, e in failed if e.returncode is not None]
+            timed_out = [i for part, e in failed if e.returncode is None for i in part]
+            if timed_out:
+                log.error("%d of %d jobs: Slurm did not answer in time, even in smaller calls: %s",
+                          len(timed_out), len(ids), ",".join(timed_out))
+            # a refusal's exit code if any chunk was refused (its stderr says which jobs); None:
+            # only timeouts
+            error = SlurmCommandError(command(list(not_done)), codes[0] if codes else None,
                                       "\n".join(e.stderr for _, e in failed if e.stderr))
-            error.failed = tuple(i for part, _ in failed for i in part)
-            if first.returncode is None:
-                log.error("%d of %d jobs: no answer from Slurm in time", len(error.failed), len(ids))
+            error.failed = not_done
             raise error
 
     def update_each(self, updates, workers: int | None = None) -> dict[str, SlurmCommandError]:
