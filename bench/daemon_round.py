@@ -23,6 +23,7 @@ changes under 10 s.  Needs root, Slurm and MUNGE (as the tests do).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -37,6 +38,16 @@ from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua,  # noqa:
                                           node_list, parse_types, pick_ports,
                                           unavailable_reason)
 from slurm_gavel.slurm.records import parse_jobs, parse_nodes  # noqa: E402
+
+
+READS = ("squeue", "sinfo", "scontrol show", "sacct", "sacctmgr show")
+
+
+def update_rpcs(cluster) -> int:
+    """slurmctld's REQUEST_UPDATE_JOB count so far (sdiag): starts, releases, holds, statuses."""
+    out = cluster.run(["sdiag"]).stdout
+    m = re.search(r"REQUEST_UPDATE_JOB\s+\(\s*\d+\)\s+count:(\d+)", out)
+    return int(m.group(1)) if m else 0
 
 
 class Timer:
@@ -110,23 +121,33 @@ def main() -> int:
                     timer.spent["plan"] = timer.spent.get("plan", 0.0) + time.perf_counter() - t0
             engine_mod.plan_round = timed_plan
             print(f"{'round':>5} {'jobs':>5} {'read s':>7} {'reconcile s':>12} {'solve s':>8} "
-                  f"{'plan s':>7} {'enforce s':>10} {'changes':>8} {'record s':>9}")
+                  f"{'plan s':>7} {'enforce s':>10} {'changes':>8} {'record s':>9} "
+                  f"{'started':>7} {'preempted':>9} {'acting calls':>12} {'update RPCs':>11}")
+            counted = getattr(cli, "commands", None)      # SlurmCLI.commands (processes per command)
             for r in range(args.rounds):
                 timer.spent.clear()
                 before = engine.allocator.solve_seconds
+                calls0 = sum(n for c, n in counted.items() if c not in READS) if counted is not None else 0
+                rpcs0 = update_rpcs(cluster)
                 plan = engine.plan()
                 # the solve runs in the daemon's worker thread: wait for it, then re-plan
                 # once so that this round uses the solved allocation, as later rounds do
                 engine.allocator.wait(timeout=600)
-                daemon.store.status(plan.round, daemon.clock.now(), daemon._status())
+                rows = daemon._status()
+                daemon.store.status(plan.round, daemon.clock.now(), rows)
+                # as the daemon's round: held jobs say why in their AdminComment
+                daemon.backend.show_holds({job: r.get("reason") or "" for job, r in rows.items()})
                 s = timer.spent
                 read = s.get("read", 0.0)
                 reconcile = s.get("read+reconcile", 0.0) - read
                 changes = len(plan.start) + len(plan.preempt)
+                calls = (sum(n for c, n in counted.items() if c not in READS) - calls0
+                         if counted is not None else -1)
                 print(f"{plan.round:5d} {len(engine.active_ids):5d} {read:7.3f} {reconcile:12.3f} "
                       f"{engine.allocator.solve_seconds - before:8.3f} {s.get('plan', 0.0):7.3f} "
-                      f"{s.get('enforce', 0.0):10.3f} {changes:8d} {s.get('record', 0.0):9.3f}",
-                      flush=True)
+                      f"{s.get('enforce', 0.0):10.3f} {changes:8d} {s.get('record', 0.0):9.3f} "
+                      f"{len(plan.start):7d} {len(plan.preempt):9d} {calls:12d} "
+                      f"{update_rpcs(cluster) - rpcs0:11d}", flush=True)
                 time.sleep(2)
             engine.allocator.close()
             # one tick's read + reconcile, alone

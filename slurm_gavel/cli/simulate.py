@@ -56,6 +56,10 @@ def _workload_options(p):
     p.add_argument("--move-hysteresis", type=float, default=DEFAULT_MOVE_HYSTERESIS, metavar="ROUNDS",
                    help="a running job moves to another GPU type of its own accord only when it is "
                         "this many rounds more behind its share there (default: %(default)s)")
+    p.add_argument("--max-preemptions", type=int, default=0, metavar="JOBS",
+                   help="at most this many jobs preempted in one round, a large reshuffle spread "
+                        "over rounds (default 0: no cap, the paper's mechanism; the daemon's "
+                        "max_preemptions_per_round is 64)")
     p.add_argument("--no-carry-owed", action="store_false", dest="carry_owed",
                    help="forget at each ledger reset what jobs were still owed (default: carry it "
                         "over, bounded, so that jobs the hysteresis keeps in place still get X's "
@@ -186,6 +190,7 @@ def _run_config(args, **overrides):
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
+                  max_preemptions=args.max_preemptions,
                   carry_owed=args.carry_owed, mid_round_starts=args.mid_round_starts,
                   solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, max_pair_gpus=args.max_pair_gpus,

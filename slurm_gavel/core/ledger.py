@@ -35,20 +35,27 @@ class Churn:
     row's other types compete as if it had received that much more there, so
     that it moves to another type of its own accord only when it is that far
     behind there (two running jobs no longer swap types to even out their
-    time fractions; a waiting job still preempts after `hysteresis`).  The
-    defaults are the plain mechanism of the paper.
+    time fractions; a waiting job still preempts after `hysteresis`).
+    `max_preemptions`: at most this many jobs stopped in one round (0: no cap),
+    so that a large reshuffle is spread over a few rounds instead of one wave
+    of hundreds of preemptions that the workload manager must carry out at
+    once; the jobs kept run on, the jobs kept waiting come first next round.
+    The defaults are the plain mechanism of the paper.
     """
 
     hysteresis: float = 0.0
     restart_seconds: float = 0.0
     seed_seconds: float = 0.0
     move_hysteresis: float = 0.0
+    max_preemptions: int = 0
 
     def __post_init__(self):
         for name in ("hysteresis", "restart_seconds", "seed_seconds", "move_hysteresis"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if not (isinstance(self.max_preemptions, int) and self.max_preemptions >= 0):
+            raise ValueError(f"max_preemptions must be a whole number >= 0, got {self.max_preemptions!r}")
 
     def received(self, received: np.ndarray, staying: Sequence[tuple[int, int]]) -> np.ndarray:
         """The time each entry competes with (`received` is changed in place and returned):

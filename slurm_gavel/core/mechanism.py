@@ -456,19 +456,19 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     gpus = _layout(servers).gpus
     free = [gpus.get(wt, 0) for wt in worker_types]
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
-    fills: list[tuple[int, int]] = []
-    chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
-    picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
-    if not placements:
-        assignments = place(picks, servers, before)
-    else:
+
+    def pick_and_place(prio, usable):
+        fills: list[tuple[int, int]] = []
+        chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
+        picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
+        if not placements:
+            return place(picks, servers, before), fills
         # A pick whose servers cannot hold it is dropped and the round picked again
         # without that entry: its GPUs go to the next rows in priority order.
-        index = row_index(rows)
         while True:     # ends: each failure zeroes an entry of positive priority or usable
             assignments, failed = _place(picks, servers, before, placements)
             if not failed:
-                break
+                return assignments, fills
             for row, wt, _gpus in failed:
                 r, t = index[row], column[wt]
                 if prio[r, t] > 0:
@@ -478,6 +478,36 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
             fills = []
             chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
             picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
+
+    index = row_index(rows)
+    assignments, fills = pick_and_place(prio, usable)
+    cap = churn.max_preemptions
+    forced: set[int] = set()
+    while cap:
+        # A wave of preemptions is spread over rounds: the rows stopped are the ones
+        # most ahead of their share (lowest priority where they run); the rest keep their
+        # GPUs this round, picked first, and the rows that would have taken them wait,
+        # more behind (higher priority) next round.  Ends: `forced` grows every pass.
+        # a row stops unless it keeps its very assignment (a move within its type stops it too)
+        unchanged = set(assignments)
+        stopped = [index[row] for row, b in before.items() if row in index and b not in unchanged
+                   and running_on[index[row]] >= 0]
+        if sum(len(rows[r]) for r in stopped) <= cap:
+            break
+        stopped.sort(key=lambda r: (prio[r, running_on[r]], r))
+        allowed, keep = 0, []
+        for r in stopped:
+            if allowed + len(rows[r]) <= cap:
+                allowed += len(rows[r])
+            elif r not in forced:
+                keep.append(r)
+        if not keep:
+            break
+        prio = prio.copy()
+        for r in keep:
+            prio[r, running_on[r]] = np.inf
+        forced.update(keep)
+        assignments, fills = pick_and_place(prio, usable.copy() if usable is not None else None)
     filling = frozenset(rows[r][0] for r, _ in fills) if fills else frozenset()
     kept, started, still = [], [], set()
     for a in assignments:

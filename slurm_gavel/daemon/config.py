@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS,
+                           MEASURED_RESTART_SECONDS)
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
@@ -49,6 +50,8 @@ class Config:
     hysteresis_rounds: float = DEFAULT_HYSTERESIS
     move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
     restart_seconds: float = MEASURED_RESTART_SECONDS
+    # at most this many jobs preempted a round (0: no cap): a large reshuffle over a few rounds
+    max_preemptions_per_round: int = MEASURED_MAX_PREEMPTIONS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
     tick_seconds: float = 10.0           # how often Slurm is polled within a round
@@ -70,6 +73,9 @@ class Config:
     # started late in a round and preempted at its end gets the time to set its trap
     min_run_seconds: float = 30.0
     start_timeout_seconds: float = 30.0  # a released job not started by then is held again (backoff)
+    # the database forgets ended jobs, old rounds, placements, allocations and events after
+    # this many days (checked hourly; 0: keeps everything)
+    retention_days: float = 28.0
     progress_dir: str | None = None      # where jobs write progress (GAVEL_PROGRESS_DIR); else
                                          # <job working directory>/.gavel/<job id>.jsonl
     slurm_bin_dir: str | None = None
@@ -119,10 +125,14 @@ class Config:
         if not (isinstance(self.min_run_seconds, (int, float)) and not isinstance(self.min_run_seconds, bool)
                 and 0 <= self.min_run_seconds < math.inf):
             bad("min_run_seconds", f"must be a number >= 0, got {self.min_run_seconds!r}")
-        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds"):
+        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds", "retention_days"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
                 bad(key, f"must be a number >= 0, got {v!r}")
+        if not (isinstance(self.max_preemptions_per_round, int)
+                and not isinstance(self.max_preemptions_per_round, bool) and self.max_preemptions_per_round >= 0):
+            bad("max_preemptions_per_round", f"must be a whole number >= 0 (0: no cap), "
+                                             f"got {self.max_preemptions_per_round!r}")
         if not (isinstance(self.max_pair_gpus, int) and not isinstance(self.max_pair_gpus, bool)
                 and 1 <= self.max_pair_gpus <= MAX_PAIR_GPUS):
             bad("max_pair_gpus", f"must be an integer 1-{MAX_PAIR_GPUS}, got {self.max_pair_gpus!r}")

@@ -65,6 +65,9 @@ log = logging.getLogger("slurm_gavel.daemon")
 # database cannot be written at start (it may be, a RestartSec later).
 EXIT_IN_USE = 3
 EXIT_STORAGE = 75
+# How often retention runs (and the database's size and rows are published): a pruning
+# deletes what aged past the horizon since the last, a few rounds' worth
+PRUNE_EVERY_SECONDS = 3600.0
 # Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
                 "syslog_facility", "syslog_address",
@@ -99,6 +102,7 @@ class Daemon:
     def __init__(self, config: config_mod.Config, dry_run: bool = False, metrics: Metrics | None = None):
         self.config = config
         self.dry_run = dry_run
+        self._pruned_at: float | None = None     # retention (`_retain`): when it last ran
         # the Prometheus series (metrics.py); main() serves them when metrics_port is set
         self.metrics = metrics or Metrics(per_job=config.metrics_per_job)
         self.metrics.dry_run.set(int(dry_run))
@@ -145,6 +149,7 @@ class Daemon:
                              hysteresis=config.hysteresis_rounds,
                              restart_seconds=config.restart_seconds,
                              move_hysteresis=config.move_hysteresis_rounds,
+                             max_preemptions=config.max_preemptions_per_round,
                              # read once now: a restart with the same shares is no reset event
                              entity_weights=self.fairshare.refresh() if self.fairshare else config.entities)
         self._resume()
@@ -263,6 +268,27 @@ class Daemon:
             self._logged_storage = message
         self.storage_error = message
         self.metrics.up.set(0)
+
+    def _retain(self) -> None:
+        """At most hourly: forget what is older than `retention_days` (store.prune), and
+        publish the database's size and rows per table."""
+        now = self.clock.now()
+        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY_SECONDS:
+            return
+        self._pruned_at = now
+        pruned = {}
+        days = self.config.retention_days
+        if days > 0:
+            pruned = self.store.prune(now - days * 86400.0)
+            if any(pruned.values()):
+                log.info("database: forgot what is older than %g days (%s)", days,
+                         ", ".join(f"{n} {table}" for table, n in pruned.items() if n))
+        try:
+            size, rows = self.store.size()
+        except (sqlite3.Error, OSError) as e:     # only the metrics miss it
+            log.warning("database size not read: %s", e)
+            return
+        self.metrics.database(size, rows, pruned)
 
     def _storage_worked(self) -> None:
         """A whole step was recorded: say so once after a failure.  (Not at the first small
@@ -425,6 +451,7 @@ class Daemon:
                 try:
                     rows = self._publish()
                     self.store.status(plan.round, self.clock.now(), rows)
+                    self._retain()
                     self._storage_worked()
                     # held jobs say why in Slurm too (AdminComment), as gqueue does
                     self.backend.show_holds({job: r.get("reason") or "" for job, r in rows.items()})

@@ -161,6 +161,12 @@ class Metrics:
                                 "this database (kept in the database)", registry=r)
         self.up = Gauge("slurm_gavel_database_writable", "1 while the daemon can record (and so "
                         "act), 0 while its database cannot be written", registry=r)
+        self.database_bytes = Gauge("slurm_gavel_database_bytes", "size of the daemon's "
+                                    "database file and its write-ahead log", registry=r)
+        self.database_rows = Gauge("slurm_gavel_database_rows", "rows per table of the daemon's "
+                                   "database (retention_days bounds them)", ["table"], registry=r)
+        self.database_pruned = Counter("slurm_gavel_database_pruned_rows", "rows retention "
+                                       "deleted, per table", ["table"], registry=r)
         self.dry_run = Gauge("slurm_gavel_dry_run", "1 in shadow mode (--dry-run: planned, "
                              "not done)", registry=r)
         self.job_share = (Gauge("slurm_gavel_job_allocation_share", "a job's time share per GPU "
@@ -168,6 +174,15 @@ class Metrics:
                                 ["job", "partition", "gpu_type"], registry=r) if per_job else None)
         self._server = None
         self._last_type: dict[str, str] = {}      # job -> the GPU type it was last placed on
+
+    def database(self, size: int, rows: Mapping[str, int], pruned: Mapping[str, int] = {}) -> None:
+        """The database's size and rows per table, and what the last pruning deleted."""
+        self.database_bytes.set(size)
+        for table, n in rows.items():
+            self.database_rows.labels(table=table).set(n)
+        for table, n in pruned.items():
+            if n:
+                self.database_pruned.labels(table=table).inc(n)
 
     # -- the endpoint ------------------------------------------------------------------
     def serve(self, port: int, address: str = "127.0.0.1") -> None:

@@ -424,6 +424,45 @@ class SqliteStore(Store, MeasurementStore):
             self.db.execute("insert into meta (key, value) values ('mode', ?) on conflict (key) "
                             "do update set value = excluded.value", ["dry_run" if dry_run else "live"])
 
+    # -- retention --------------------------------------------------------------------------
+    def prune(self, before: float) -> dict[str, int]:
+        """Forget what is older than `before` (a time): jobs that ended before it with their
+        time, throughputs, events and placements; rounds that started before it (but the
+        last, which numbers the next) and the placements of those rounds not of an active
+        job (gqueue counts an active job's rounds); allocations made before it (but the
+        last) with their rows; events before it not of an active job.  One transaction;
+        the rows deleted per table."""
+        old_jobs = "select id from jobs where state != 'active' and finished < :t"
+        active = "select id from jobs where state = 'active'"
+        statements = (
+            ("placements", f"delete from placements where job in ({old_jobs}) or (round < "
+                           f"(select coalesce(min(number), 0) from rounds where started >= :t) "
+                           f"and job not in ({active}))"),
+            ("events", f"delete from events where job in ({old_jobs}) or (time < :t and "
+                       f"(job is null or job not in ({active})))"),
+            ("job_time", f"delete from job_time where job in ({old_jobs})"),
+            ("job_throughputs", f"delete from job_throughputs where job in ({old_jobs})"),
+            ("throughput_estimates", f"delete from throughput_estimates where job in ({old_jobs})"),
+            ("paired_requests", f"delete from paired_requests where job in ({old_jobs})"),
+            ("jobs", "delete from jobs where state != 'active' and finished < :t"),
+            ("rounds", "delete from rounds where started < :t and number < (select max(number) from rounds)"),
+            ("allocation_rows", "delete from allocation_rows where allocation in (select id from "
+                                "allocations where time < :t and id < (select max(id) from allocations))"),
+            ("allocations", "delete from allocations where time < :t and id < (select max(id) from allocations)"),
+        )
+        deleted: dict[str, int] = {}
+        with self._tx():
+            for table, sql in statements:
+                deleted[table] = self.db.execute(sql, {"t": float(before)}).rowcount
+        return deleted
+
+    def size(self) -> tuple[int, dict[str, int]]:
+        """(bytes of the database file and its WAL, rows per table), for the metrics."""
+        files = sum(os.path.getsize(p) for p in (self.path, f"{self.path}-wal") if os.path.exists(p))
+        rows = {t: int(self.db.execute(f"select count(*) from [{t}]").fetchone()[0])
+                for t in self.db.table_names()}
+        return files, rows
+
     # -- queries ----------------------------------------------------------------------------
     def shadow(self) -> bool:
         """A shadow database: its daemon ran with --dry-run (planned, not done)."""

@@ -56,6 +56,7 @@ class RunConfig:
     work_conserving: bool = True              # mechanism: idle GPUs go to jobs without a share there
     move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS   # mechanism: how far behind a running job must be to move
     carry_owed: bool = True                   # mechanism: what jobs were owed survives a ledger reset
+    max_preemptions: int = 0                  # mechanism: jobs preempted a round at most (0: no cap)
     mid_round_starts: bool = True             # a job arriving while GPUs are idle starts on them at once
 
     @property
@@ -100,7 +101,8 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    reset_seconds=config.reset_seconds, progress=progress,
                    hysteresis=config.hysteresis, work_conserving=config.work_conserving,
                    move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed,
-                   mid_round_starts=config.mid_round_starts, max_pair_gpus=config.max_pair_gpus)
+                   mid_round_starts=config.mid_round_starts, max_pair_gpus=config.max_pair_gpus,
+                   max_preemptions=config.max_preemptions)
     return sim, table
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.clock import SimulatedClock
-from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
 from ..core.interfaces import Backend
@@ -129,6 +129,7 @@ class SimulatedCluster(Backend):
         self.restart_seconds = float(restart_seconds)
         self.measure = measure                 # report what each running job made (estimator)
         self._measurements: list = []
+        self.preempted: list[int] = []             # jobs stopped by each round that stopped any
         self._column = {wt: j for j, wt in enumerate(self.worker_types)}
         self._arrivals: Iterator[tuple[int, TraceJob]] = iter(enumerate(jobs))
         self._next: tuple[int, TraceJob] | None = next(self._arrivals, None)
@@ -179,6 +180,8 @@ class SimulatedCluster(Backend):
     def execute(self, plan: RoundPlan, round_end: float) -> None:
         now = self.clock.now()
         self._finish_round(now)       # what ran since the last observation ran on the old plan
+        if plan.preempt:
+            self.preempted.append(len(plan.preempt))
         for job in plan.preempt:
             self._rate.pop(job, None)
             self._type.pop(job, None)
@@ -375,6 +378,7 @@ class Simulation:
     allocation_gap: float
     wall_seconds: float
     complete: bool
+    preempted_per_round: tuple[int, ...] = ()   # jobs each round stopped (the waves a cluster carries out)
 
 
 def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[str, int], policy,
@@ -387,7 +391,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              hysteresis: float = DEFAULT_HYSTERESIS, work_conserving: bool = True,
              checkpoint_seconds: float | None = None,
              move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
-             mid_round_starts: bool = False, max_pair_gpus: int | None = None) -> Simulation:
+             mid_round_starts: bool = False, max_pair_gpus: int | None = None,
+             max_preemptions: int = DEFAULT_MAX_PREEMPTIONS) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -401,6 +406,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     GPUs that are idle (Engine.start_arrivals) instead of at the next round.
     `max_pair_gpus`: with space sharing, pair only jobs of at most that many GPUs each
     (1: as the Slurm backend does; None: any, as Gavel's simulator).
+    `max_preemptions`: at most that many jobs preempted a round (0: no cap), as the daemon's
+    max_preemptions_per_round.
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -419,7 +426,7 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
                         prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds,
                         work_conserving=work_conserving, hysteresis=hysteresis,
                         restart_seconds=restart_seconds, move_hysteresis=move_hysteresis,
-                        carry_owed=carry_owed)
+                        carry_owed=carry_owed, max_preemptions=max_preemptions)
     except ValueError as e:
         raise InputError("--hysteresis", str(e)) from None
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}
@@ -473,7 +480,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
                       busy_gpu_seconds=dict(zip(backend.worker_types, map(float, backend.busy_gpu_seconds))),
                       gpus={wt: int(c) for wt, c in cluster.items()},
                       allocation_gap=allocation_gap(store.allocations, results, clock.now()),
-                      wall_seconds=time.perf_counter() - started, complete=complete)
+                      wall_seconds=time.perf_counter() - started, complete=complete,
+                      preempted_per_round=tuple(backend.preempted))
 
 
 def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) -> float:
@@ -573,6 +581,7 @@ def summarize(sim: Simulation, table: ThroughputTable, window: tuple[int, int] |
         "utilization_total": (sum(sim.busy_gpu_seconds.values()) / total_capacity) if total_capacity else 0.0,
         "allocation_gap": sim.allocation_gap,
         "restarts_per_job": (float(np.mean([max(0, r.starts - 1) for r in finished])) if finished else None),
+        "max_preempted_per_round": max(sim.preempted_per_round, default=0),
         "rounds": sim.rounds,
         "simulated_hours": sim.end_time / 3600.0,
         "solves": sim.solves,

@@ -14,7 +14,10 @@ import logging
 import os
 import re
 import subprocess
+import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -40,6 +43,20 @@ SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # goes through.  Such a change is retried; Slurm's own (permanent) refusals are not.
 PARTITION_TRIES = 12
 SACCT_BATCH = 500                   # job ids per sacct call (one call for a usual poll)
+# Job ids per scancel / scontrol hold, release, requeuehold call.  Slurm acts on a list
+# one RPC per job (sdiag on 22.05: `scontrol update jobid=1,2` counts two
+# REQUEST_UPDATE_JOB), each under slurmctld's job lock; while slurmctld works through a
+# preemption wave those RPCs took 0.25-0.95 s each (a 1,600-GPU cluster), so that one
+# call of ~600 ids overran the 30 s timeout half-done.  25 ids end within ~24 s at the
+# slowest rate measured, and a chunk that times out is tried again in halves.  An id
+# Slurm refuses fails alone (22.05: the others are done, exit 1, stderr "Invalid job id
+# specified for job 77"), so a refused chunk names its failed jobs (`named`).
+CHUNK_IDS = 25
+# Concurrent `scontrol update` processes for a round's starts: 22.05 refuses a list of
+# ids together with NodeList ("Invalid job ID 1,2"), so each start is its own process,
+# whose cost is mostly its own start-up (libslurm, slurm.conf), not slurmctld's (an
+# update RPC is ~0.5 ms there): a few at once overlap it without queueing up RPCs.
+UPDATE_WORKERS = 4
 _PERMANENT = re.compile(r"invalid|denied|not pending|no longer pending|already (completed|finished)"
                         r"|not available|gavel|not supported|permission", re.IGNORECASE)
 
@@ -59,6 +76,7 @@ class SlurmCommandError(GavelError):
         what = "timed out" if returncode is None else f"exited {returncode}"
         detail = f": {self.stderr.splitlines()[-1]}" if self.stderr else ""
         super().__init__(f"`{' '.join(self.command)}` {what}{detail}")
+        self.failed: tuple[str, ...] = ()      # the job ids not done (a chunked call), if known
 
 
 # What scancel says of a job that has ended (or is ending) by the time it is signalled
@@ -77,6 +95,16 @@ def ended_jobs(stderr: str, ids: Iterable[str]) -> set[str] | None:
             return None
         ended.add(m.group(1))
     return ended or None
+
+
+_NAMED = re.compile(r"(?:job id|for job|job) ([0-9]+(?:_[0-9]+)?)\b")
+
+
+def named(stderr: str, ids: Sequence[str]) -> list[str]:
+    """The jobs of `ids` that Slurm's error output names (scancel: "... on job id 12: ...",
+    scontrol: "... for job 12"), in order; [] if it names none of them."""
+    said = {m.group(1) for m in _NAMED.finditer(stderr or "")}
+    return [i for i in ids if i in said]
 
 
 def job_ids(ids: Iterable[str]) -> list[str]:
@@ -99,6 +127,17 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in match.groups() if p is not None) if match else ()
 
 
+def reshape_fields(partition: str, nodes: Sequence[str], gpus_per_node: int,
+                   tasks_per_node: int | None = None, **extra: str) -> dict[str, str]:
+    """The `scontrol update` fields of `SlurmCLI.reshape` (which says why each is there)."""
+    k, per = len(nodes), int(gpus_per_node)
+    if k < 1 or per < 1:
+        raise InputError("reshape", f"needs nodes and GPUs per node, not {k} x {per}")
+    tasks = {"TasksPerNode": str(int(tasks_per_node))} if tasks_per_node else {}
+    return dict(Partition=partition, NumNodes=f"{k}-{k}", NodeList=",".join(nodes),
+                Gres=f"gpu:{per}", **tasks, StartTime="now", **extra)
+
+
 @dataclass
 class SlurmCLI:
     """Runs Slurm's tools with `env` (e.g. SLURM_CONF) from `bin_dir` (default: PATH)."""
@@ -106,8 +145,13 @@ class SlurmCLI:
     env: Mapping[str, str] | None = None
     bin_dir: str | None = None
     timeout: float = 30.0
+    chunk: int = CHUNK_IDS
+    workers: int = UPDATE_WORKERS
     calls: int = field(default=0, repr=False)
+    # processes run by command ("scontrol update", "scancel", ...): a round's cost in Slurm calls
+    commands: Counter = field(default_factory=Counter, repr=False)
     _nodes_command: list | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _exe(self, tool: str) -> str:
         return os.path.join(self.bin_dir, tool) if self.bin_dir else tool
@@ -116,7 +160,9 @@ class SlurmCLI:
             input: str | None = None) -> subprocess.CompletedProcess:
         argv = [self._exe(args[0]), *args[1:]]
         env = dict(os.environ, **self.env) if self.env else None
-        self.calls += 1
+        with self._lock:
+            self.calls += 1
+            self.commands[" ".join(args[:2]) if args[0] in ("scontrol", "sacctmgr") else args[0]] += 1
         try:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, input=input,
                                   timeout=timeout or self.timeout, check=False)
@@ -280,12 +326,7 @@ class SlurmCLI:
         otherwise runs it with one task per node after a change of NumNodes (srun: "More
         processors requested than permitted"; verified), 22.05 takes it as well.  `extra`:
         more fields for the same call (AdminComment without the daemon's hold status)."""
-        k, per = len(nodes), int(gpus_per_node)
-        if k < 1 or per < 1:
-            raise InputError("reshape", f"needs nodes and GPUs per node, not {k} x {per}")
-        tasks = {"TasksPerNode": str(int(tasks_per_node))} if tasks_per_node else {}
-        self.update([job], Partition=partition, NumNodes=f"{k}-{k}", NodeList=",".join(nodes),
-                    Gres=f"gpu:{per}", **tasks, StartTime="now", **extra)
+        self.update([job], **reshape_fields(partition, nodes, gpus_per_node, tasks_per_node, **extra))
 
     def clear_node_list(self, ids: Iterable[str]) -> None:
         """Drop the node list the daemon pinned on pending jobs (`NodeList=` empties it)."""
@@ -293,27 +334,82 @@ class SlurmCLI:
             self.run(["scontrol", "update", f"jobid={job}", "NodeList="])
 
     def release(self, ids: Iterable[str]) -> None:
-        ids = job_ids(ids)
-        if ids:
-            self.run(["scontrol", "release", ",".join(ids)])
+        self._chunked(lambda part: ["scontrol", "release", ",".join(part)], ids)
 
     def hold(self, ids: Iterable[str]) -> None:
-        ids = job_ids(ids)
-        if ids:
-            self.run(["scontrol", "hold", ",".join(ids)])
+        self._chunked(lambda part: ["scontrol", "hold", ",".join(part)], ids)
 
     def signal(self, ids: Iterable[str], signal: str, full: bool = False) -> None:
         """Signal the batch shell (or, with `full`, every step too) of each job."""
-        ids = job_ids(ids)
         if signal not in SIGNALS:
             raise InputError("signal", f"{signal!r} is not one of {', '.join(SIGNALS)}")
-        if ids:
-            self.run(["scancel", "--full" if full else "--batch", f"--signal={signal}", *ids])
+        self._chunked(lambda part: ["scancel", "--full" if full else "--batch", f"--signal={signal}",
+                                    *part], ids)
 
     def requeue_hold(self, ids: Iterable[str]) -> None:
+        self._chunked(lambda part: ["scontrol", "requeuehold", ",".join(part)], ids)
+
+    def _chunked(self, command, ids: Iterable[str]) -> None:
+        """Run `command(part)` for each `chunk` of the ids, every chunk even when one fails.
+        A chunk that timed out (part of it may be done) is tried again in two halves (the
+        acts are idempotent but for a signal, which a preempted job takes twice without
+        harm: its checkpoint is already under way); one Slurm refused is not (its error
+        names the ids).  Failures are raised at the end as one error that carries every
+        chunk's stderr and the ids not known to be done (`failed`)."""
         ids = job_ids(ids)
-        if ids:
-            self.run(["scontrol", "requeuehold", ",".join(ids)])
+        if not ids:
+            return
+        size = max(1, int(self.chunk))
+        todo = [(ids[i:i + size], True) for i in range(0, len(ids), size)]
+        failed: list[tuple[list[str], SlurmCommandError]] = []
+        while todo:
+            part, retry = todo.pop(0)
+            try:
+                self.run(command(part))
+            except SlurmCommandError as e:
+                if e.returncode is None and retry:
+                    half = max(1, len(part) // 2)
+                    log.warning("%s timed out; trying its %d jobs again in smaller calls",
+                                " ".join(command(part))[:200], len(part))
+                    todo[:0] = [(p, False) for p in (part[:half], part[half:]) if p]
+                    continue
+                failed.append((named(e.stderr, part) or part, e))
+        if failed:
+            not_done = tuple(i for part, _ in failed for i in part)
+            codes = [e.returncode for _, e in failed if e.returncode is not None]
+            timed_out = [i for part, e in failed if e.returncode is None for i in part]
+            if timed_out:
+                log.error("%d of %d jobs: Slurm did not answer in time, even in smaller calls: %s",
+                          len(timed_out), len(ids), ",".join(timed_out))
+            # a refusal's exit code if any chunk was refused (its stderr says which jobs); None:
+            # only timeouts
+            error = SlurmCommandError(command(list(not_done)), codes[0] if codes else None,
+                                      "\n".join(e.stderr for _, e in failed if e.stderr))
+            error.failed = not_done
+            raise error
+
+    def update_each(self, updates, workers: int | None = None) -> dict[str, SlurmCommandError]:
+        """`scontrol update jobid=J ...` for each (job, {field: value}) of `updates`, at most
+        `workers` at a time (each job its own call: see UPDATE_WORKERS); the failures, by
+        job.  Each is checked as `update` checks one."""
+        updates = list(updates)
+        if not updates:
+            return {}
+        failures: dict[str, SlurmCommandError] = {}
+
+        def one(item):
+            job, fields = item
+            try:
+                self.update([job], **fields)
+            except SlurmCommandError as e:
+                return job, e
+            return job, None
+
+        with ThreadPoolExecutor(max_workers=max(1, min(workers or self.workers, len(updates)))) as pool:
+            for job, error in pool.map(one, updates):
+                if error is not None:
+                    failures[job] = error
+        return failures
 
 
 class Backoff:
@@ -338,5 +434,5 @@ class Backoff:
         self.next_try = 0.0
 
 
-__all__ = ["Backoff", "PARTITION_TRIES", "SIGNALS", "SlurmCLI", "SlurmCommandError", "job_ids", "name",
+__all__ = ["Backoff", "CHUNK_IDS", "PARTITION_TRIES", "UPDATE_WORKERS", "reshape_fields", "SIGNALS", "SlurmCLI", "SlurmCommandError", "job_ids", "name",
            "transient_update_error"]

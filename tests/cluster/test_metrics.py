@@ -91,6 +91,10 @@ def test_metrics_endpoint_matches_slurm(clean, tmp_path):
         assert pick(samples, "slurm_gavel_solve_duration_seconds_count") >= 1
         assert pick(samples, "slurm_gavel_daemon_restarts_total") == 0
         assert pick(samples, "slurm_gavel_database_writable") == 1
+        # retention's view of the database: its size and rows per table
+        assert pick(samples, "slurm_gavel_database_bytes") > 0
+        assert pick(samples, "slurm_gavel_database_rows", table="jobs") >= 3
+        assert pick(samples, "slurm_gavel_database_rows", table="rounds") >= 1
         assert ("slurm_gavel_preemptions_total", ()) not in samples     # labelled: none yet
         assert not any(n == "slurm_gavel_job_allocation_share" for n, _ in samples)   # opt-in
         assert not any(dict(ls).get("user") for _, ls in samples)

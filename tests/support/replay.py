@@ -6,6 +6,8 @@ import copy
 import json
 from pathlib import Path
 
+from slurm_gavel.slurm.commands import SlurmCommandError
+
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -27,6 +29,16 @@ class ReplayCLI:
 
     def update(self, ids, **fields):
         self.actions.append(("update", tuple(ids)))
+
+    def update_each(self, updates):
+        """SlurmCLI.update_each's contract, one after the other: the failures by job."""
+        failures = {}
+        for job, fields in updates:
+            try:
+                self.update([job], **fields)
+            except SlurmCommandError as e:
+                failures[job] = e
+        return failures
 
     def release(self, ids):
         self.actions.append(("release", tuple(ids)))

@@ -380,7 +380,27 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
              why: str | Mapping[str, str] = "") -> bool:
         """Carry out (or, dry run, only log) an action; False if Slurm refused it.  Its log
         line names each job with its partition, nodes and the reason (`why`: one for all
-        or one per job); the recorded events keep `what`."""
+        or one per job); the recorded events keep `what`.  A chunked call that failed in
+        part (`SlurmCommandError.failed`) records the failure for those jobs only."""
+        self._announce(what, jobs, why)
+        if self.dry_run:
+            return True
+        self.refusal = None
+        try:
+            action()
+            return True
+        except SlurmCommandError as e:
+            self.refusal = e.stderr or str(e)
+            # A job can finish between the poll and the action (scancel then
+            # says "Invalid job id"); the next poll shows what really happened.
+            failed = [job for job in jobs if job in e.failed] if e.failed else jobs
+            log.error("%s failed for %s: %s", what, ",".join(failed), e)
+            for job in failed:
+                self.on_event("action_failed", job, f"{what}: {e}")
+            return False
+
+    def _announce(self, what: str, jobs: list[str], why: str | Mapping[str, str] = "") -> None:
+        """The action's log line (each job with its partition, nodes, reason) and events."""
         for job in jobs:
             self.on_event("dry_run" if self.dry_run else "action", job, what)
         details = []
@@ -392,17 +412,19 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         said = f" -- {'; '.join(details)}"
         if self.dry_run:
             log.info("dry run: would %s: %s%s", what, ",".join(jobs), said)
-            return True
-        log.info("%s: %s%s", what, ",".join(jobs), said)
-        self.refusal = None
-        try:
-            action()
-            return True
-        except SlurmCommandError as e:
-            self.refusal = e.stderr or str(e)
-            # A job can finish between the poll and the action (scancel then
-            # says "Invalid job id"); the next poll shows what really happened.
-            log.error("%s failed for %s: %s", what, ",".join(jobs), e)
-            for job in jobs:
-                self.on_event("action_failed", job, f"{what}: {e}")
-            return False
+        else:
+            log.info("%s: %s%s", what, ",".join(jobs), said)
+
+    def _update_each(self, whats: Mapping[str, str], fields: Mapping[str, Mapping[str, str]],
+                     why: str = "") -> dict[str, str]:
+        """One `scontrol update` per job (`fields`), a few at once (SlurmCLI.update_each),
+        each logged as its own action (`whats`); Slurm's refusal of each that failed."""
+        for job in fields:
+            self._announce(whats[job], [job], why)
+        if self.dry_run:
+            return {}
+        failures = self.cli.update_each(list(fields.items()))
+        for job, e in failures.items():
+            log.error("%s failed for %s: %s", whats[job], job, e)
+            self.on_event("action_failed", job, f"{whats[job]}: {e}")
+        return {job: e.stderr or str(e) for job, e in failures.items()}

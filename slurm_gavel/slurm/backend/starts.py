@@ -11,7 +11,7 @@ same second is refused ("Job credential revoked"), which fails the job.  A pair 
 together or not at all (pairs/placing.py says where one may go now).
 
 The release is cut in steps: `_choose_starts` (which deferred rows may start now),
-`_prepare_start` (each job's `scontrol update`, `start_fields`), `_whole_rows` (a pair
+`_prepare_starts` (each job's `scontrol update`, a few at once), `_whole_rows` (a pair
 whose other half could not be prepared is not released), `_release` (one `scontrol
 release` for all, one by one if that fails) and `_note_released`.
 
@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from ...core.errors import GavelError
 from ...core.plan import Assignment, RoundPlan
+from ..commands import SlurmCommandError, reshape_fields
 from ..records import SlurmJob
 from .holds import unheld
 from .pairs.placing import unplaced_shard_nodes
@@ -124,8 +125,8 @@ class Starting:
             return []
         # `scontrol update` takes a list of job ids for Partition or StartTime, but
         # 22.05 answers "Invalid job ID" to a list together with NodeList: one
-        # update per job, then one release for all of them.
-        ready = [job for job in chosen if self._prepare_start(job, self._planned[job], joined.get(job, 0))]
+        # update per job, a few at once, then one release for all of them (in chunks).
+        ready = self._prepare_starts(chosen, joined)
         ready = self._release(self._whole_rows(ready))
         self._note_released(ready)
         rows = [self._planned[job] for job in ready]
@@ -174,35 +175,41 @@ class Starting:
         return survivor is None or (survivor in self._running and survivor in self._jobs
                                     and self._jobs[survivor].running)
 
-    def _prepare_start(self, job: str, a: Assignment, joined: int) -> bool:
-        """One job's `scontrol update` for its start; False if it is not to be released
-        (Slurm refused: the refusal is remembered, holds.py)."""
-        partition = self._partition_of[a.worker_type]
-        nodes = ",".join(a.nodes)
-        j = self._jobs.get(job)
-        extra: dict[str, str] = {}
-        if j is not None and j.reshapeable:
-            per, tasks = reshape_start(j, a)
-            what = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
-            action = (lambda p=partition, n=a.nodes, x=unheld(j):
-                      self.cli.reshape(job, p, n, per, tasks, **x))
-        else:
+    def _prepare_starts(self, chosen: list[str], joined: dict[str, int]) -> list[str]:
+        """Each chosen job's `scontrol update` for its start (a few at once: 22.05 takes no
+        list of ids with NodeList); the jobs to release (a refusal is remembered, holds.py)."""
+        whats: dict[str, str] = {}
+        fields: dict[str, dict[str, str]] = {}
+        for job in chosen:
+            a = self._planned[job]
+            partition, nodes = self._partition_of[a.worker_type], ",".join(a.nodes)
+            j = self._jobs.get(job)
+            if j is not None and j.reshapeable:
+                per, tasks = reshape_start(j, a)
+                whats[job] = f"start on {partition} {nodes} ({len(a.servers)}x{per} GPUs)"
+                fields[job] = reshape_fields(partition, a.nodes, per, tasks, **unheld(j))
+                continue
             try:
-                share, said = share_fields(self.snapshot, self.requests, job, a, joined, self.dry_run)
+                share, said = share_fields(self.snapshot, self.requests, job, a, joined.get(job, 0),
+                                           self.dry_run)
             except GavelError as e:   # its request could not be remembered: not paired
                 log.error("job %s not started in pair %s: %s", job, "+".join(a.jobs), e)
-                return False
-            what = f"start on {partition} {nodes}{said}"
-            extra = {**unheld(j), **share}
-            action = (lambda p=partition, n=nodes, x=extra:
-                      self.cli.update([job], Partition=p, NodeList=n, StartTime="now", **x))
-        if self._act(what, [job], action, why=self._why_start()):
-            if not self.dry_run and "TresPerTask" in extra and "Gres" in extra:
-                forget_request(self.requests, job)          # its own request is back
-            return True
-        if not self._refuse_partition(job, a, partition) and self.refusal is not None:
-            self._refuse_shape(job, a)
-        return False
+                continue
+            whats[job] = f"start on {partition} {nodes}{said}"
+            fields[job] = dict(Partition=partition, NodeList=nodes, StartTime="now", **unheld(j), **share)
+        failures = self._update_each(whats, fields, why=self._why_start())
+        ready = []
+        for job, f in fields.items():
+            if job not in failures:
+                if not self.dry_run and "TresPerTask" in f and "Gres" in f:
+                    forget_request(self.requests, job)          # its own request is back
+                ready.append(job)
+                continue
+            a = self._planned[job]
+            self.refusal = failures[job]
+            if not self._refuse_partition(job, a, self._partition_of[a.worker_type]):
+                self._refuse_shape(job, a)
+        return ready
 
     def _whole_rows(self, ready: list[str]) -> list[str]:
         """A pair starts together or not at all: a job whose row's other job was not
@@ -217,11 +224,23 @@ class Starting:
         return ready
 
     def _release(self, ready: list[str]) -> list[str]:
-        """One `scontrol release` for all; if Slurm refuses it, one per job: the released."""
+        """One `scontrol release` for all (in chunks); the jobs of a chunk Slurm refused are tried
+        one by one: the released."""
         why = {job: self._why_start() for job in ready}
-        if ready and not self._act("release", ready, lambda: self.cli.release(ready), why=why) and len(ready) > 1:
-            ready = [job for job in ready if self._act("release", [job], lambda job=job: self.cli.release([job]),
-                                                       why=why)]
+        failed: list[str] = []
+
+        def release_all():
+            try:
+                self.cli.release(ready)
+            except SlurmCommandError as e:    # the chunks that failed (the others are released)
+                failed.extend(e.failed or ready)
+                raise
+
+        if ready and not self._act("release", ready, release_all, why=why) and len(ready) > 1:
+            again = [job for job in ready if job in failed]
+            ready = [job for job in ready if job not in failed] + [
+                job for job in again
+                if self._act("release", [job], lambda job=job: self.cli.release([job]), why=why)]
         return ready
 
     def _note_released(self, ready: list[str]) -> None:

@@ -129,13 +129,15 @@ class Stopping:
             self._preempted[job] = Preempted(now)
 
     def _signal_live(self, stop: list[str]) -> None:
-        """Signal `stop`; a job that ended since the poll is not a failure (scancel signals
-        the others and names it): said at INFO, the next poll sees it leave."""
+        """Signal `stop` (in chunks, SlurmCLI.signal); a job that ended since the poll is not
+        a failure (scancel signals the others and names it): said at INFO, the next poll sees
+        it leave.  The jobs of a chunk that failed otherwise are said (`_act`) and, still
+        running `grace_seconds` later, requeued held like any job that ignores its signal."""
         try:
             self.cli.signal(stop, self.signal, full=self.signal_all_steps)
         except SlurmCommandError as e:
             ended = ended_jobs(e.stderr, stop)
-            if ended is None:
+            if ended is None or set(e.failed) - ended:     # a chunk failed otherwise (timed out)
                 raise
             for job in sorted(ended):
                 log.info("signal %s: job %s had already ended (scancel: no such job to signal); "
