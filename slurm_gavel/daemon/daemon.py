@@ -403,6 +403,7 @@ class Daemon:
                 started = time.perf_counter()
                 previous = (self.engine.last_plan.assignments if self.engine.last_plan is not None
                             else self._placed_before())
+                released = self._released()
                 if self.fairshare is not None:      # one sacctmgr call a round; its failure keeps the last
                     self.engine.entity_weights = dict(self.fairshare.refresh())
                 try:
@@ -421,7 +422,7 @@ class Daemon:
                 self.backend.replan = False     # this round saw whatever asked for a new plan
                 self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.types.pairs,
                                    time.perf_counter() - started, active=self.engine.active_ids)
-                self._explain_round(plan, previous)
+                self._explain_round(plan, previous, released)
                 try:
                     rows = self._publish()
                     self.store.status(plan.round, self.clock.now(), rows)
@@ -462,11 +463,20 @@ class Daemon:
                                                                for n in (r["nodes"] or "").split(",") if n))
                      for job, r in rows.items() if r["worker_type"])
 
-    def _explain_round(self, plan, previous) -> None:
+    def _released(self) -> frozenset:
+        """The jobs released and not started yet at the last poll."""
+        return frozenset(job for job, seen in self.backend.job_status().items()
+                         if seen["state"] == "S")
+
+    def _explain_round(self, plan, previous, released: frozenset = frozenset()) -> None:
         """Log and record each start and preemption of `plan` with its job, partition, nodes
-        and reason (decisions.py; `slurm-gavel events` shows them)."""
+        and reason (decisions.py; `slurm-gavel events` shows them).  `released`: the jobs
+        released and not started before this round; those Slurm has not run at its poll
+        either are taken back, not preempted or moved."""
         if not plan.start and not plan.preempt:
             return
+        ran = {job for job, seen in self.backend.job_status().items() if seen["state"] == "R"}
+        unstarted = released - ran
         alloc = self.engine.allocation
         share = ({job: dict(zip(alloc.worker_types, (float(v) for v in alloc.x[i])))
                   for i, job in enumerate(alloc.job_ids)} if alloc is not None else {})
@@ -476,7 +486,7 @@ class Daemon:
         except (sqlite3.Error, GavelError):     # the reasons lose "exploring", nothing else
             phase = {}
         shadow = " [dry run: planned, not done]" if self.dry_run else ""
-        for d in decide(plan, previous, self.backend.types.pairs, priority, share, phase):
+        for d in decide(plan, previous, self.backend.types.pairs, priority, share, phase, unstarted):
             log.info("%s%s", d.line(plan.round), shadow)
             self._event(d.kind, d.job, d.detail + shadow)
 
