@@ -511,7 +511,7 @@ class Daemon:
                 row["worker_type"] = seen.get("worker_type") or row.get("worker_type")
                 row["nodes"] = seen.get("nodes")
                 # running: no wait reason, but say when it only fills a GPU nobody's share claims
-                row["reason"] = FILLING if row.get("reason") == FILLING else ""
+                row["reason"] = FILLING if row.get("reason") == FILLING else seen.get("progress", "")
             elif seen.get("detail"):
                 row["reason"] = seen["detail"]
         for job, why in self.backend.bad_flags.items():
