@@ -9,7 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.support.daemon import queue, start_daemon, stop_daemon, submit, write_config
+
+# Run again on Slurm 24.11 by tools/test.sh (the eligible time of a held job is Slurm's JSON).
+pytestmark = pytest.mark.slurm24
 
 BEGIN_IN = 40          # seconds from submission: some rounds of 4 s pass before it
 
