@@ -32,7 +32,7 @@ leave a torn last line, which `parse_records` skips.
 Whose directory: in a shared submit directory another user may have made ``.gavel/``
 first (writable by all, or not).  Records written there could be renamed, replaced or
 deleted by that user, so `append_record` writes only into a directory owned by the job's
-user or by root (an admin's spool), and only into a regular file of the job's user reached
+user or by root, or the spool ``$GAVEL_PROGRESS_DIR`` names, and only into a regular file of the job's user reached
 without a symlink; anything else raises `ProgressDirRefused`, whose message says which
 directory and what to do.  The job's integrations print it once on stderr and train on
 without progress reports; the daemon applies the same rule when it reads
@@ -120,7 +120,8 @@ class ProgressDirRefused(PermissionError):
 
 def _open_dir(directory: Path) -> int:
     """The progress directory, opened (created when missing), if the job's user or root
-    owns it."""
+    owns it, or it is the one $GAVEL_PROGRESS_DIR names (a spool chosen on purpose, which
+    a service account may own)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     try:
         fd = os.open(directory, flags)
@@ -128,7 +129,8 @@ def _open_dir(directory: Path) -> int:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory, flags)
     owner = os.fstat(fd).st_uid
-    if owner not in (os.geteuid(), 0):
+    spool = os.environ.get(PROGRESS_DIR_ENV)
+    if owner not in (os.geteuid(), 0) and not (spool and Path(spool) == directory):
         os.close(fd)
         raise ProgressDirRefused(
             f"{directory} is owned by another user (uid {owner}): no progress reports reach "

@@ -95,3 +95,19 @@ def test_the_daemon_trusts_no_file_in_a_directory_another_user_owns(tmp_path):
     assert "is owned by another user" in files.refused[str(d / "8.jsonl")]
     # the admin's spool (root's, or configured: trusted_dir) is not the user's own
     assert read_tail(d / "7.jsonl", owner_uid=0, trusted_dir=True).data
+
+
+@needs_root
+def test_a_spool_named_on_purpose_may_be_a_service_accounts(tmp_path, monkeypatch):
+    # GAVEL_PROGRESS_DIR: a spool every job writes to (mode 1777), owned by a service account
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    os.chmod(spool, 0o1777)
+    os.chown(spool, NOBODY, NOBODY)
+    monkeypatch.setenv("GAVEL_PROGRESS_DIR", str(spool))
+    append_record(spool / "7.jsonl", {"event": "start"})
+    assert read_progress(spool / "7.jsonl") == [{"event": "start"}]
+    (spool / "8.jsonl").write_text("")           # another user's file in it: never written
+    os.chown(spool / "8.jsonl", NOBODY, NOBODY)
+    with pytest.raises(ProgressDirRefused, match="owned by another user"):
+        append_record(spool / "8.jsonl", {"event": "start"})
