@@ -420,9 +420,12 @@ class Daemon:
                     continue
                 self.backend.backoff.succeeded()
                 self.backend.replan = False     # this round saw whatever asked for a new plan
+                # released before this round, not run at its poll: taken back, not preempted
+                unstarted = released - self._running_now() if released else frozenset()
                 self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.types.pairs,
-                                   time.perf_counter() - started, active=self.engine.active_ids)
-                self._explain_round(plan, previous, released)
+                                   time.perf_counter() - started, active=self.engine.active_ids,
+                                   unstarted=unstarted)
+                self._explain_round(plan, previous, unstarted)
                 try:
                     rows = self._publish()
                     self.store.status(plan.round, self.clock.now(), rows)
@@ -468,15 +471,17 @@ class Daemon:
         return frozenset(job for job, seen in self.backend.job_status().items()
                          if seen["state"] == "S")
 
-    def _explain_round(self, plan, previous, released: frozenset = frozenset()) -> None:
+    def _running_now(self) -> frozenset:
+        """The jobs Slurm ran at the last poll."""
+        return frozenset(job for job, seen in self.backend.job_status().items()
+                         if seen["state"] == "R")
+
+    def _explain_round(self, plan, previous, unstarted: frozenset = frozenset()) -> None:
         """Log and record each start and preemption of `plan` with its job, partition, nodes
-        and reason (decisions.py; `slurm-gavel events` shows them).  `released`: the jobs
-        released and not started before this round; those Slurm has not run at its poll
-        either are taken back, not preempted or moved."""
+        and reason (decisions.py; `slurm-gavel events` shows them).  `unstarted`: the jobs
+        released before this round that Slurm has not run: taken back, not preempted or moved."""
         if not plan.start and not plan.preempt:
             return
-        ran = {job for job, seen in self.backend.job_status().items() if seen["state"] == "R"}
-        unstarted = released - ran
         alloc = self.engine.allocation
         share = ({job: dict(zip(alloc.worker_types, (float(v) for v in alloc.x[i])))
                   for i, job in enumerate(alloc.job_ids)} if alloc is not None else {})

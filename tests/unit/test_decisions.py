@@ -98,3 +98,21 @@ def test_taken_back_events_read_as_what_happened():
                               "taken back: others have higher priority now (its priority 0.8)")
     assert said.startswith("released on v100 (partition v100, nodes n1) but not started by Slurm; "
                            "taken back")
+
+
+def test_metrics_count_no_preemption_or_migration_for_a_job_taken_back():
+    from slurm_gavel.daemon.metrics import Metrics
+
+    m = Metrics()
+    value = m.registry.get_sample_value
+    m.round(RoundPlan(0, (a("7", "v100", "g1"),), (), (a("7", "v100", "g1"),), ()), None, None, PARTS,
+            0.1, active=("7",))
+    # released on v100, never started by Slurm, taken back and released on k80
+    m.round(RoundPlan(1, (a("7", "k80", "k1"),), (), (a("7", "k80", "k1"),), ("7",)), None, None,
+            PARTS, 0.1, active=("7",), unstarted={"7"})
+    assert not value("slurm_gavel_preemptions_total", {"partition": "gpu-v100", "gpu_type": "v100"})
+    assert not value("slurm_gavel_migrations_total", {"from_gpu_type": "v100", "to_gpu_type": "k80"})
+    m.round(RoundPlan(2, (a("7", "v100", "g1"),), (), (a("7", "v100", "g1"),), ("7",)), None, None,
+            PARTS, 0.1, active=("7",))            # one that ran on k80: moved
+    assert value("slurm_gavel_migrations_total", {"from_gpu_type": "k80", "to_gpu_type": "v100"}) == 1
+    assert value("slurm_gavel_preemptions_total", {"partition": "gpu-k80", "gpu_type": "k80"}) == 1
