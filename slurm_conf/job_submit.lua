@@ -27,6 +27,8 @@ end of the comment or whitespace). For such a job this plugin
   3c. with GAVEL_SHARDS_PER_GPU set (space sharing), asks a one-GPU job's GPU as
      that many shards, a whole GPU's (below);
   4. turns requeue on: preemption requeues the job;
+  4b. refuses a component of a heterogeneous job (sbatch A : B): its components
+     start together, so the daemon could not place, preempt or requeue one alone;
   5. stores the canonical flags in admin_comment ("gavel:v1 model=... weight=..."),
      which only administrators can change, so the daemon reads flags the user
      can no longer tamper with; with them the partition list given at submission
@@ -691,6 +693,17 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     local comment = job_desc.comment
     if not starts_gavel(comment) then
         return slurm.SUCCESS
+    end
+    -- A component of a heterogeneous job (sbatch A : B) is submitted with the others
+    -- (this function runs once per component, only the first carries the script) and
+    -- runs only with them: the daemon cannot place, preempt or requeue it alone.
+    -- Slurm gives a job that is not heterogeneous NO_VAL as its offset.
+    local het_offset = tonumber(job_desc.het_job_offset)
+    if het_offset ~= nil and het_offset >= 0 and het_offset < NO_VAL then
+        slurm.log_user("%s", "gavel flags: heterogeneous jobs (components joined with ':') "
+                       .. "are not scheduled by gavel: submit the components as separate "
+                       .. "jobs, or drop the gavel comment")
+        return slurm.ERROR
     end
     -- srun and salloc jobs have no batch script: the daemon can neither signal
     -- them to checkpoint (scancel --batch) nor requeue them.

@@ -3,7 +3,8 @@
 It reads (`daemon.views.events`) the events the daemon records in its database (the `events` table, oldest
 first): a job submitted (first seen), started on a GPU type with its partition, nodes,
 share and priority, preempted for another job (the two priorities), an action Slurm
-refused (Slurm's message), released but not started, lost with a node, and how it
+refused (Slurm's message), released but not started (held again after a timeout, or taken
+back by the next round: `take_back`), lost with a node, and how it
 ended.  The daemon's own Slurm commands (`action` events) are shown with `--actions`.
 Like `gqueue`: a table, or `--json` (strict JSON); every string passes through
 `core.display.clean` (details may quote Slurm, which may quote users).

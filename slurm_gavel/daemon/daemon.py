@@ -429,6 +429,7 @@ class Daemon:
                 started = time.perf_counter()
                 previous = (self.engine.last_plan.assignments if self.engine.last_plan is not None
                             else self._placed_before())
+                released = self._released()
                 if self.fairshare is not None:      # one sacctmgr call a round; its failure keeps the last
                     self.engine.entity_weights = dict(self.fairshare.refresh())
                 try:
@@ -445,9 +446,12 @@ class Daemon:
                     continue
                 self.backend.backoff.succeeded()
                 self.backend.replan = False     # this round saw whatever asked for a new plan
+                # released before this round, not run at its poll: taken back, not preempted
+                unstarted = released - self._running_now() if released else frozenset()
                 self.metrics.round(plan, self.engine.allocation, self.engine.input, self.backend.types.pairs,
-                                   time.perf_counter() - started, active=self.engine.active_ids)
-                self._explain_round(plan, previous)
+                                   time.perf_counter() - started, active=self.engine.active_ids,
+                                   unstarted=unstarted)
+                self._explain_round(plan, previous, unstarted)
                 try:
                     rows = self._publish()
                     self.store.status(plan.round, self.clock.now(), rows)
@@ -489,9 +493,20 @@ class Daemon:
                                                                for n in (r["nodes"] or "").split(",") if n))
                      for job, r in rows.items() if r["worker_type"])
 
-    def _explain_round(self, plan, previous) -> None:
+    def _released(self) -> frozenset:
+        """The jobs released and not started yet at the last poll."""
+        return frozenset(job for job, seen in self.backend.job_status().items()
+                         if seen["state"] == "S")
+
+    def _running_now(self) -> frozenset:
+        """The jobs Slurm ran at the last poll."""
+        return frozenset(job for job, seen in self.backend.job_status().items()
+                         if seen["state"] == "R")
+
+    def _explain_round(self, plan, previous, unstarted: frozenset = frozenset()) -> None:
         """Log and record each start and preemption of `plan` with its job, partition, nodes
-        and reason (decisions.py; `slurm-gavel events` shows them)."""
+        and reason (decisions.py; `slurm-gavel events` shows them).  `unstarted`: the jobs
+        released before this round that Slurm has not run: taken back, not preempted or moved."""
         if not plan.start and not plan.preempt:
             return
         alloc = self.engine.allocation
@@ -503,7 +518,7 @@ class Daemon:
         except (sqlite3.Error, GavelError):     # the reasons lose "exploring", nothing else
             phase = {}
         shadow = " [dry run: planned, not done]" if self.dry_run else ""
-        for d in decide(plan, previous, self.backend.types.pairs, priority, share, phase):
+        for d in decide(plan, previous, self.backend.types.pairs, priority, share, phase, unstarted):
             log.info("%s%s", d.line(plan.round), shadow)
             self._event(d.kind, d.job, d.detail + shadow)
 
@@ -528,7 +543,7 @@ class Daemon:
                 row["worker_type"] = seen.get("worker_type") or row.get("worker_type")
                 row["nodes"] = seen.get("nodes")
                 # running: no wait reason, but say when it only fills a GPU nobody's share claims
-                row["reason"] = FILLING if row.get("reason") == FILLING else ""
+                row["reason"] = FILLING if row.get("reason") == FILLING else seen.get("progress", "")
             elif seen.get("detail"):
                 row["reason"] = seen["detail"]
         for job, why in self.backend.bad_flags.items():

@@ -7,19 +7,22 @@ and the reason -- e.g. ``job 12: started on v100 (partition v100, nodes v100-0;
 share 0.45, priority 2.1; moved from p100)`` and ``job 7: preempted on k80
 (partition k80, nodes k80-1) for job 12 (job 12's priority 2.1, job 7's 0.8)``.  The daemon logs
 each line and records it as an event (kinds ``start`` and ``preempt``), which
-`slurm-gavel events` shows.  Job ids are Slurm's (digits); nothing here comes from
+`slurm-gavel events` shows.  A job released last round that Slurm never started is neither
+preempted nor moved when the round takes it back: that is kind ``take_back`` (``job 7:
+released on v100 (partition v100, nodes v100-0) but not started by Slurm; taken back ...``),
+and a start elsewhere says so instead of ``moved from``.  Job ids are Slurm's (digits); nothing here comes from
 users' text.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 
 @dataclass(frozen=True)
 class Decision:
-    kind: str            # "start" | "preempt"
+    kind: str            # "start" | "preempt" | "take_back" (released, never started)
     job: str
     worker_type: str | None
     partition: str | None
@@ -31,7 +34,7 @@ class Decision:
 
     @property
     def kind_word(self) -> str:
-        return "started" if self.kind == "start" else "preempted"
+        return {"start": "started", "take_back": "released"}.get(self.kind, "preempted")
 
 
 def _priority(p) -> str:
@@ -42,11 +45,13 @@ def _priority(p) -> str:
 
 def decide(plan, previous: Sequence, partitions: Mapping[str, str],
            priority: Mapping[str, float | None], share: Mapping[str, Mapping[str, float]],
-           phase: Mapping[str, str] | None = None) -> list[Decision]:
+           phase: Mapping[str, str] | None = None,
+           unstarted: Collection[str] = ()) -> list[Decision]:
     """The decisions of `plan` (core.plan.RoundPlan): `previous` is the round before's
     assignments (where preempted jobs ran, the type a started job last had); `partitions`
     partition -> GPU type; `priority` job -> its best priority; `share` job -> {type: its
-    share in the allocation in force}; `phase` job -> its estimate phase ("explore")."""
+    share in the allocation in force}; `phase` job -> its estimate phase ("explore");
+    `unstarted` the jobs of `previous` released there that Slurm never started."""
     # partition -> type, or (partition, type) pairs (gputypes.TypeMap.pairs: mixed partitions)
     pairs = partitions.items() if isinstance(partitions, Mapping) else partitions
     partition_of = {wt: p for p, wt in reversed(list(pairs))}
@@ -63,7 +68,10 @@ def decide(plan, previous: Sequence, partitions: Mapping[str, str],
             old = before.get(job)
             if phase.get(job) == "explore":
                 why.append(f"exploring {a.worker_type}: its speed there is not measured yet")
-            if old is not None and old.worker_type != a.worker_type:
+            if old is not None and job in unstarted:
+                where = old.worker_type if old.worker_type != a.worker_type else "other nodes"
+                why.append(f"released on {where} last round but not started by Slurm; taken back")
+            elif old is not None and old.worker_type != a.worker_type:
                 why.append(f"moved from {old.worker_type}")
             elif old is not None:
                 why.append("moved to other nodes")
@@ -71,6 +79,7 @@ def decide(plan, previous: Sequence, partitions: Mapping[str, str],
                       f"nodes {','.join(a.nodes)}; {'; '.join(why)})")
             out.append(Decision("start", job, a.worker_type, partition_of.get(a.worker_type),
                                 a.nodes, detail))
+    moved_to = {job: a.worker_type for a in plan.start for job in a.jobs}
     for job in plan.preempt:
         old = before.get(job)
         wt = old.worker_type if old is not None else None
@@ -83,12 +92,17 @@ def decide(plan, previous: Sequence, partitions: Mapping[str, str],
             # whose priority is whose: the starting job's first, then this job's
             reason = "for " + ", ".join(f"job {t} (job {t}'s priority {_priority(priority.get(t))}, "
                                         f"job {job}'s {mine})" for t in takers)
+        elif job in moved_to:
+            reason = f"planned on {moved_to[job]} instead"
         elif share.get(job) and not any(share[job].values()):
             reason = "the allocation gives it no GPU time now"
         else:
             reason = f"others have higher priority now (its priority {mine})"
+        kind = "preempt"
+        if job in unstarted and where:      # it never ran there: no preemption
+            kind, where = "take_back", f"{where} but not started by Slurm; taken back"
         detail = (f"{where} {reason}" if takers else f"{where}: {reason}") if where else reason
-        out.append(Decision("preempt", job, wt, partition_of.get(wt) if wt else None, nodes, detail))
+        out.append(Decision(kind, job, wt, partition_of.get(wt) if wt else None, nodes, detail))
     return out
 
 

@@ -220,8 +220,11 @@ class Metrics:
             self.jobs.labels(state=s).set(n)
 
     def round(self, plan, allocation, policy_input, partitions: Mapping[str, str],
-              seconds: float, active: Iterable[str] = ()) -> None:
-        """After a round: its duration, what it preempted and moved, the allocation in force."""
+              seconds: float, active: Iterable[str] = (), unstarted: Iterable[str] = ()) -> None:
+        """After a round: its duration, what it preempted and moved, the allocation in force.
+        `unstarted`: jobs released last round that Slurm never started; taking them back
+        is neither a preemption nor a migration."""
+        unstarted = set(unstarted)
         # partition -> type, or (partition, type) pairs (gputypes.TypeMap.pairs: mixed partitions)
         pairs = partitions.items() if isinstance(partitions, Mapping) else partitions
         partition_of = {wt: p for p, wt in reversed(list(pairs))}
@@ -229,12 +232,12 @@ class Metrics:
         self.round_duration.observe(seconds)
         for job in plan.preempt:
             wt = self._last_type.get(job)
-            if wt is not None:
+            if wt is not None and job not in unstarted:
                 self.preemptions.labels(partition=partition_of.get(wt, ""), gpu_type=wt).inc()
         for a in plan.start:
             for job in a.jobs:
                 before = self._last_type.get(job)
-                if before is not None and before != a.worker_type:
+                if before is not None and before != a.worker_type and job not in unstarted:
                     self.migrations.labels(from_gpu_type=before, to_gpu_type=a.worker_type).inc()
         for a in (*plan.keep, *plan.start):
             for job in a.jobs:

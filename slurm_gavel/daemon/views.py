@@ -269,6 +269,8 @@ def words(kind: str, detail: str | None) -> str:
         return f"started {d}"
     if kind == "preempt":
         return f"preempted {d}"
+    if kind == "take_back":
+        return f"released {d}"
     if kind == "action_failed":
         what, _, why = d.partition(": ")
         return (f"failed to {what}: {why}" if why else f"an action failed: {d}")

@@ -33,14 +33,25 @@ Each record is written with one ``write`` on a descriptor opened with
 on a shared filesystem (one writer per job: rank 0), and a crash can at worst
 leave a torn last line, which `parse_records` skips.
 
+Whose directory: in a shared submit directory another user may have made ``.gavel/``
+first (writable by all, or not).  Records written there could be renamed, replaced or
+deleted by that user, so `append_record` writes only into a directory owned by the job's
+user or by root, or the spool ``$GAVEL_PROGRESS_DIR`` names, and only into a regular file of the job's user reached
+without a symlink; anything else raises `ProgressDirRefused`, whose message says which
+directory and what to do.  The job's integrations print it once on stderr and train on
+without progress reports; the daemon applies the same rule when it reads
+(`slurm_gavel.slurm.userfiles`) and `gqueue` says "no progress reports: ...".
+
 This module imports nothing beyond the standard library: the daemon and the
 jobs both use it.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import socket
 import time
 from collections.abc import Mapping
@@ -107,16 +118,54 @@ def job_record(job_id, event: str, step, total_steps, world_size: int, **fields)
             "world_size": world_size}
 
 
+class ProgressDirRefused(PermissionError):
+    """A progress file or directory the job must not write (another user's, a symlink)."""
+
+
+def _open_dir(directory: Path) -> int:
+    """The progress directory, opened (created when missing), if the job's user or root
+    owns it, or it is the one $GAVEL_PROGRESS_DIR names (a spool chosen on purpose, which
+    a service account may own)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(directory, flags)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, flags)
+    owner = os.fstat(fd).st_uid
+    spool = os.environ.get(PROGRESS_DIR_ENV)
+    if owner not in (os.geteuid(), 0) and not (spool and Path(spool) == directory):
+        os.close(fd)
+        raise ProgressDirRefused(
+            f"{directory} is owned by another user (uid {owner}): no progress reports reach "
+            f"the scheduler; remove that directory, or set {PROGRESS_DIR_ENV} to a directory "
+            f"of yours")
+    return fd
+
+
 def append_record(path, record: Mapping) -> None:
-    """Append `record` as one JSON line with a single write (creates the directory)."""
+    """Append `record` as one JSON line with a single write (creates the directory).
+    Raises ProgressDirRefused for a directory of another user's, a symlink or a file that is
+    not the job user's own regular file (see the module's docstring)."""
     line = (json.dumps(record, separators=(", ", ": "), allow_nan=False) + "\n").encode()
     path = Path(path)
+    dir_fd = _open_dir(path.parent)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ProgressDirRefused(f"{path} is a symlink: no progress reports are written "
+                                     f"through it") from None
+        raise
+    finally:
+        os.close(dir_fd)
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise ProgressDirRefused(
+                f"{path} is not a regular file of yours (owned by another user, uid {st.st_uid})"
+                if stat.S_ISREG(st.st_mode) else f"{path} is not a regular file")
         written = os.write(fd, line)
         while written < len(line):       # only on exotic filesystems: finish the line
             written += os.write(fd, line[written:])
@@ -134,8 +183,8 @@ def _process_age() -> float | None:
     """Seconds since this process started (Linux: /proc), None where that cannot be read."""
     try:
         with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        started = int(stat[stat.rfind(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+            line = f.read()
+        started = int(line[line.rfind(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
         with open("/proc/uptime", "rb") as f:
             uptime = float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
@@ -144,16 +193,24 @@ def _process_age() -> float | None:
 
 
 def _lost_so_far(path) -> float:
-    """``lost_seconds`` of the newest record in the tail of `path` (0 when none)."""
+    """``lost_seconds`` of the newest record in the tail of `path` (0 when none). Only a
+    regular file of this user's is read (no symlink followed, never blocked on a FIFO):
+    the directory may be shared."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - LOST_TAIL))
-            data = f.read(LOST_TAIL)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return 0.0
-    for record in reversed(parse_records(data, torn_start=size > LOST_TAIL)):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return 0.0
+        start = max(0, st.st_size - LOST_TAIL)
+        data = os.pread(fd, LOST_TAIL, start)
+    except OSError:
+        return 0.0
+    finally:
+        os.close(fd)
+    for record in reversed(parse_records(data, torn_start=start > 0)):
         value = _number(record.get("lost_seconds"))
         if value is not None and value >= 0:
             return value

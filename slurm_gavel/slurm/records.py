@@ -269,6 +269,17 @@ class SlurmJob:
     task_shards: int = 0
     # CPUs of the whole job (squeue's cpus: asked while pending, held while running; 0 unknown)
     cpus: int = 0
+    # Slurm's eligible time (0, unset, for a job held at submission without --begin).  For
+    # a pending job never run it is the user's `sbatch --begin`; for a requeued one it is
+    # Slurm's requeue delay, which the daemon's starts override (StartTime=now).
+    eligible_time: float | None = None
+
+    def begins_after(self, now: float) -> float | None:
+        """The begin time its owner asked for, while it is still ahead; None otherwise.
+        A job that ran (restarts) or runs has passed its begin time already."""
+        if self.restarts or self.running or self.finished or not self.eligible_time:
+            return None
+        return self.eligible_time if self.eligible_time > now else None
 
     def tasks_per_node(self, gpus_per_node: int) -> int | None:
         """Tasks on each node when run with `gpus_per_node` GPUs there (--ntasks-per-gpu);
@@ -531,7 +542,8 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             gpus_on_nodes=on_nodes, shards=shards,
             gpu_indices=tuple(d.indices for d in detail), gpu_shards=tuple(d.use for d in detail),
             tasks_per_gpu=_count(j.get("tasks_per_tres")), tasks=_count(j.get("tasks")),
-            task_shards=task_shards, cpus=_count(j.get("cpus")))
+            task_shards=task_shards, cpus=_count(j.get("cpus")),
+            eligible_time=_positive(j.get("eligible_time")))
         jobs.extend(_array_tasks(job, j))
     return jobs
 

@@ -11,6 +11,10 @@ of this works:
 - the directory is opened first (``O_NOFOLLOW`` unless it is the admin's own,
   configured spool), the file relative to it with ``O_NOFOLLOW``: no symlink is
   followed and nothing resolves outside that directory (a job id has no ``/``);
+- a directory that is not the admin's spool must be owned by the job's user or root:
+  another user who made ``.gavel/`` first in a shared directory could rename, replace
+  or delete what is in it, so nothing there is trusted (the job side refuses to write
+  there too: `slurm_gavel.job.progress`);
 - ``lstat`` before opening (a device or FIFO is never even opened), then
   ``O_NONBLOCK | O_NOCTTY`` at open and ``fstat`` of what was opened: a regular
   file, owned by the job's user, or it is refused -- that closes the race with a
@@ -77,6 +81,10 @@ def read_tail(path, owner_uid: int | None = None, max_bytes: int = TAIL_BYTES,
             raise UnsafeFile(f"{path.parent} is a symlink or not a directory") from None
         raise UnsafeFile(f"cannot open {path.parent}: {e.strerror}") from None
     try:
+        owner = os.fstat(dir_fd).st_uid
+        if not trusted_dir and owner_uid is not None and owner not in (owner_uid, 0):
+            raise UnsafeFile(f"{path.parent} is owned by another user (uid {owner}), not by "
+                             f"the job's user (uid {owner_uid})")
         try:
             st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -147,6 +155,7 @@ class UserFiles:
         self._stuck: dict[str, _Read] = {}
         self._logged: dict[str, float] = {}
         self._uids: dict[str, tuple[int | None, float]] = {}    # user -> (uid, looked up at)
+        self.refused: dict[str, str] = {}      # path -> why, of the last read_all's refusals
 
     def uid(self, user: str) -> int | None:
         """The uid of `user`, looked up again after `log_every` s (a user added later)."""
@@ -172,6 +181,7 @@ class UserFiles:
                 r.start()
             reads[path] = r
         out = {}
+        self.refused = {}
         for path, r in reads.items():
             r.join(max(0.0, deadline - self.clock()))
             if r.is_alive():
@@ -180,8 +190,10 @@ class UserFiles:
                 continue
             self._stuck.pop(path, None)
             if r.error is not None:
-                self.warn(path, str(r.error) if isinstance(r.error, UnsafeFile)
-                          else f"{path}: {type(r.error).__name__}: {r.error}")
+                why = (str(r.error) if isinstance(r.error, UnsafeFile)
+                       else f"{path}: {type(r.error).__name__}: {r.error}")
+                self.refused[path] = why
+                self.warn(path, why)
             else:
                 out[path] = r.result
         return out

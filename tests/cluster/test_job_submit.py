@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tests.support.slurm import move_job
-from tests.support.lua import CASES, INTERACTIVE, NO_GPU
+from tests.support.lua import CASES, HETEROGENEOUS, INTERACTIVE, NO_GPU
 from tests.support.jobs import Jobs, USER, restore_modes, _state
 
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
@@ -130,6 +130,22 @@ def test_interactive_gavel_job_is_rejected(jobs, command):
     assert INTERACTIVE in r.stderr
     # the same request without the gavel comment is an ordinary job and runs
     r = jobs.run([command, "--gres=gpu:1", "-t", "1", "true"], check=False)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("first,second", [
+    (["--comment=gavel model=resnet50"], ["--comment=gavel model=resnet50"]),
+    (["--comment=gavel model=resnet50"], []),      # only the first component (with the script)
+    ([], ["--comment=gavel model=resnet50"]),      # only a later one (no script of its own)
+])
+def test_heterogeneous_gavel_job_is_rejected_as_heterogeneous(jobs, first, second):
+    # `sbatch A : B` with a gavel comment: refused, and the message names the real cause
+    r = jobs.sbatch(*first, "--gres=gpu:1", ":", *second, "--gres=gpu:1", check=False)
+    assert r.returncode != 0, r.stdout
+    assert HETEROGENEOUS in r.stderr, r.stderr
+    assert "srun" not in r.stderr
+    # without the gavel comment it is an ordinary heterogeneous job, accepted
+    r = jobs.sbatch("--gres=gpu:1", ":", "--gres=gpu:1", check=False)
     assert r.returncode == 0, r.stderr
 
 

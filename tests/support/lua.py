@@ -260,3 +260,7 @@ NO_GPU = ("gavel flags: no GPU requested: a gavel job needs GPUs, e.g. --gres=gp
 
 INTERACTIVE = ("gavel flags: interactive jobs (srun, salloc) cannot be preempted and resumed: "
                "submit a gavel job with sbatch")
+
+
+HETEROGENEOUS = ("gavel flags: heterogeneous jobs (components joined with ':') are not scheduled "
+                 "by gavel: submit the components as separate jobs, or drop the gavel comment")

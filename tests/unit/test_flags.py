@@ -21,7 +21,7 @@ from slurm_gavel.core.errors import InputError
 from slurm_gavel.slurm.flags import (MAX_SLO_SECONDS, MAX_SPEEDS, MAX_STEPS, UNIT_SECONDS,
                                      FlagError, GavelFlags, from_admin_comment, is_admin_comment,
                                      is_gavel_comment, parse_comment, to_admin_comment, with_entity)
-from tests.support.lua import (CASES, INTERACTIVE, LUAS, NO_GPU, PLUGIN, SIXTEEN, UNIT, no_lua,
+from tests.support.lua import (CASES, HETEROGENEOUS, INTERACTIVE, LUAS, NO_GPU, PLUGIN, SIXTEEN, UNIT, no_lua,
                                run_driver, err, short)
 
 # Run again on Slurm 24.11 by tools/test.sh (what differs between Slurm versions).
@@ -508,6 +508,26 @@ def test_lua_rejects_interactive_gavel_job(lua, setup):
     assert out == {"rc": "ERROR", "messages": [INTERACTIVE], "writes": {}}
     (out,) = run_driver(lua, ["set:tres_per_node=gres:gpu:1", *setup, "submit:plain job"])
     assert out == {"rc": "SUCCESS", "messages": [], "writes": {}}
+
+
+@pytest.mark.parametrize("setup", [
+    ["set:het_job_offset=0"],                          # the first component: it has the script
+    ["set:het_job_offset=1", "unset:script"],          # a later one: no script of its own
+])
+def test_lua_rejects_heterogeneous_gavel_job(lua, setup):
+    # a component of `sbatch A : B` is no job the daemon can place, preempt or requeue alone;
+    # the message must say so, not talk about srun or salloc
+    (out,) = run_driver(lua, ["set:tres_per_node=gres:gpu:1", *setup, "submit:gavel model=x"])
+    assert out == {"rc": "ERROR", "messages": [HETEROGENEOUS], "writes": {}}
+    (out,) = run_driver(lua, ["set:tres_per_node=gres:gpu:1", *setup, "submit:plain job"])
+    assert out == {"rc": "SUCCESS", "messages": [], "writes": {}}
+
+
+def test_lua_takes_unset_het_offset_as_an_ordinary_job(lua):
+    # Slurm hands a job that is not heterogeneous NO_VAL as its offset
+    (out,) = run_driver(lua, ["set:tres_per_node=gres:gpu:1", "set:het_job_offset=4294967294",
+                              "submit:gavel model=x"])
+    assert out["rc"] == "SUCCESS", out
 
 
 def test_lua_entity_falls_back_to_default_account(lua):

@@ -98,3 +98,18 @@ def test_process_age_is_measured():
     from slurm_gavel.job.progress import _process_age
     age = _process_age()
     assert age is not None and 0 <= age < 24 * 3600
+
+
+def test_lost_seconds_are_never_read_through_a_fifo_or_a_symlink(tmp_path):
+    """The tail read for lost_seconds opens only a regular file of the job's user: a FIFO or a
+    symlink planted in a shared directory neither blocks the job nor feeds it numbers."""
+    import os
+    from slurm_gavel.job.progress import _lost_so_far
+    real = tmp_path / "real.jsonl"
+    append_record(real, {"event": "checkpoint", "lost_seconds": 9.0})
+    assert _lost_so_far(real) == 9.0
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    assert _lost_so_far(tmp_path / "fifo.jsonl") == 0.0          # returns at once
+    (tmp_path / "link.jsonl").symlink_to(real)
+    assert _lost_so_far(tmp_path / "link.jsonl") == 0.0
+    assert _lost_so_far(tmp_path / "missing.jsonl") == 0.0

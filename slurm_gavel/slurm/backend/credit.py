@@ -248,6 +248,12 @@ class Crediting:
                 # the configured spool is the admin's (may be reached through a symlink)
                 requests[path] = {"owner_uid": uid, "trusted_dir": bool(self.progress_dir) and i == 0}
         tails = self._user_files.read_all(requests)
+        refused = self._user_files.refused
+        # a job none of whose files could be read, for a reason its owner can fix: said in gqueue
+        self._progress_refused = {
+            job_id: "no progress reports: " + next(refused[p] for p in paths if p in refused)
+            for job_id, paths in wanted.items()
+            if not any(tails.get(p) for p in paths) and any(p in refused for p in paths)}
         self._progress = {p: v for p, v in self._progress.items() if p in requests}   # jobs gone
         for job_id, paths in wanted.items():
             j = self._jobs[job_id]

@@ -96,6 +96,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         self._gone_since: dict[str, float] = {}        # final state not read yet
         self._progress: dict[str, tuple] = {}          # path -> (file key, summary)
         self._user_files = UserFiles()                 # users' files: safe, bounded reads
+        self._progress_refused: dict[str, str] = {}    # job -> why it has no progress report
 
         # stops.py: preemptions
         self._preempted: dict[str, Preempted] = {}
@@ -321,7 +322,8 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
 
     def job_status(self) -> dict[str, dict]:
         """Per gavel job what Slurm really does with it, for `gqueue`: state R (Slurm runs it:
-        `gpus`, `worker_type`, `nodes`), S (released, not started yet), W (not planned: `detail`), PD."""
+        `gpus`, `worker_type`, `nodes`), S (released, not started yet), W (not planned: `detail`), PD;
+        `progress`: why its progress reports are not read (refused files), when they are not."""
         now = self.clock.now()
         out: dict[str, dict] = {}
         for job_id, j in self._jobs.items():
@@ -347,6 +349,8 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 detail = self._notes.get(job_id) or self._cpu_words(j)
                 if detail:
                     out[job_id]["detail"] = detail
+            if job_id in self._progress_refused:
+                out[job_id]["progress"] = self._progress_refused[job_id]
         return out
 
     def _cpu_words(self, j: SlurmJob, nodes: frozenset[str] | None = None) -> str:

@@ -8,7 +8,8 @@ start Slurm refused (its `scontrol update` failed) leaves those nodes out of the
 placement for a backoff (`RefusedShape`); a partition Slurm refuses for the job's account,
 QOS or user leaves that partition's types out for good.  What Slurm can run at all is read
 from each job's request (feasibility.py: `_where`): a job that needs several nodes, fits
-no node or waits for its dependency is not planned, with the reason; one that fits only
+no node, waits for its dependency or for its begin time (`sbatch --begin`, which the
+start's StartTime=now would override) is not planned, with the reason; one that fits only
 some partitions or nodes is planned only there.  A job that asks its GPUs per node is
 planned on one node, as the GPUs it keeps from others (`held_gpus`: --exclusive, the whole
 node; more CPUs than its GPUs' share of the node, the GPUs whose CPUs it takes); a distributed job on as few nodes of one type as hold its total in
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
@@ -99,6 +101,13 @@ def rounds_text(seconds: float, round_seconds: float | None) -> str:
         return f"{seconds:.0f} s"
     n = max(1, math.ceil(seconds / round_seconds - 1e-9))
     return f"{n} round" + ("s" if n > 1 else "")
+
+
+def begin_text(begin: float, now: float) -> str:
+    """Why a job submitted with `sbatch --begin` waits: the time (the day too when it is not
+    within a day), in the daemon's local time as Slurm prints it."""
+    fmt = "%H:%M" if begin - now < 86400 else "%Y-%m-%d %H:%M"
+    return f"waits for its begin time {time.strftime(fmt, time.localtime(begin))}"
 
 
 def held_gpus(snap: Snapshot, j: SlurmJob, placement: Placement | None) -> int:
@@ -207,6 +216,9 @@ class Holding:
         base = SPREAD if j.reshapeable else ONE_NODE
         if verdict.hold:
             return base, verdict.hold
+        begin = j.begins_after(now)
+        if begin is not None:       # a start (StartTime=now) would override the user's --begin
+            return base, begin_text(begin, now)
         p = verdict.placement
         placement = base if p is None else replace(p, one_server=not j.reshapeable,
                                                    same_gpus_per_server=j.reshapeable)
