@@ -83,7 +83,7 @@ import time
 from pathlib import Path
 
 from . import progress as _progress
-from .iterator import (CHECKPOINT_DIR_ENV, DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
+from .iterator import (DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
                        REQUEUE_EXIT_CODE, catch_signal_early, checkpoint_name, list_checkpoints,
                        newest_checkpoint, signal_number)
 
@@ -160,11 +160,7 @@ class GavelAccelerateIterator:
         self.managed = self.job_id is not None
         self.rank, self.world_size = accelerator.process_index, accelerator.num_processes
         if checkpoint_dir is None and self.managed:
-            if env.get(CHECKPOINT_DIR_ENV):
-                checkpoint_dir = Path(env[CHECKPOINT_DIR_ENV]) / self.job_id
-            else:
-                submit = env.get("SLURM_SUBMIT_DIR") or os.getcwd()
-                checkpoint_dir = Path(submit) / _progress.SUBDIR / f"{self.job_id}.ckpt"
+            checkpoint_dir = _progress.default_checkpoint_dir(self.job_id, env)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self._check_data_order()
 

@@ -75,7 +75,7 @@ from pathlib import Path
 
 from . import progress as _progress
 from .accelerate import REQUEUE_FILE_ENV, _early_signal, _fsync_tree
-from .iterator import (CHECKPOINT_DIR_ENV, DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
+from .iterator import (DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
                        REQUEUE_EXIT_CODE, catch_signal_early, signal_number)
 
 PREEMPTED_MARKER = "gavel-preempted"     # in a checkpoint this callback wrote
@@ -99,10 +99,7 @@ def checkpoint_dir(default=None):
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return default
-    if os.environ.get(CHECKPOINT_DIR_ENV):
-        return str(Path(os.environ[CHECKPOINT_DIR_ENV]) / job)
-    submit = os.environ.get("SLURM_SUBMIT_DIR") or os.getcwd()
-    return str(Path(submit) / _progress.SUBDIR / f"{job}.ckpt")
+    return str(_progress.default_checkpoint_dir(job))
 
 
 def _complete(path: Path) -> bool:

@@ -152,7 +152,7 @@ from . import rngstate
 
 REQUEUE_EXIT_CODE = 85
 DEFAULT_PROGRESS_INTERVAL = 30.0
-CHECKPOINT_DIR_ENV = "GAVEL_CHECKPOINT_DIR"
+CHECKPOINT_DIR_ENV = _progress.CHECKPOINT_DIR_ENV
 PROGRESS_INTERVAL_ENV = "GAVEL_PROGRESS_INTERVAL"
 KEEP_ENV = "GAVEL_KEEP_CHECKPOINTS"     # "1": keep the last checkpoint when the job is done
 _CKPT = re.compile(r"step-([0-9]+)\Z")
@@ -353,11 +353,7 @@ class GavelIterator:
         self.world_size = self._dist.world_size if self._dist else 1
 
         if checkpoint_dir is None and self.managed:
-            if env.get(CHECKPOINT_DIR_ENV):
-                checkpoint_dir = Path(env[CHECKPOINT_DIR_ENV]) / self.job_id
-            else:
-                submit = env.get("SLURM_SUBMIT_DIR") or os.getcwd()
-                checkpoint_dir = Path(submit) / _progress.SUBDIR / f"{self.job_id}.ckpt"
+            checkpoint_dir = _progress.default_checkpoint_dir(self.job_id, env)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
 
         self.progress_path = None

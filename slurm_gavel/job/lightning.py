@@ -72,7 +72,7 @@ import time
 from pathlib import Path
 
 from . import progress as _progress
-from .iterator import (CHECKPOINT_DIR_ENV, DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
+from .iterator import (DEFAULT_PROGRESS_INTERVAL, PROGRESS_INTERVAL_ENV,
                        REQUEUE_EXIT_CODE, checkpoint_name, list_checkpoints, newest_checkpoint,
                        signal_number)
 
@@ -243,11 +243,7 @@ class GavelCallback:
         self.job_id = env.get("SLURM_JOB_ID") or None
         self.managed = self.job_id is not None
         if checkpoint_dir is None and self.managed:
-            if env.get(CHECKPOINT_DIR_ENV):
-                checkpoint_dir = Path(env[CHECKPOINT_DIR_ENV]) / self.job_id
-            else:
-                submit = env.get("SLURM_SUBMIT_DIR") or os.getcwd()
-                checkpoint_dir = Path(submit) / _progress.SUBDIR / f"{self.job_id}.ckpt"
+            checkpoint_dir = _progress.default_checkpoint_dir(self.job_id, env)
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.requeue_exit_code = int(requeue_exit_code)
         if keep_checkpoint is None:       # the job's environment decides: GAVEL_KEEP_CHECKPOINTS=1

@@ -122,6 +122,47 @@ class ProgressDirRefused(PermissionError):
     """A progress file or directory the job must not write (another user's, a symlink)."""
 
 
+class CheckpointDirRefused(PermissionError):
+    """A default checkpoint directory another user could write into: a job that resumed from
+    it would load their file (with pickle, their code) as its own."""
+
+
+CHECKPOINT_DIR_ENV = "GAVEL_CHECKPOINT_DIR"
+
+
+def default_checkpoint_dir(job_id: str, env: Mapping[str, str] | None = None) -> Path:
+    """Where a job keeps its checkpoints unless told: ``$GAVEL_CHECKPOINT_DIR/<jobid>`` (the
+    user's choice, taken as it is), else ``<submit dir>/.gavel/<jobid>.ckpt``.
+
+    The submit directory may be shared: there, ``.gavel`` and ``<jobid>.ckpt`` must be
+    directories (not symlinks) of the job's user or root, else CheckpointDirRefused says so
+    and what to do. ``.gavel`` is created here when missing, so that nobody else makes it
+    between this check and the first save."""
+    env = os.environ if env is None else env
+    job_id = str(job_id)
+    if env.get(CHECKPOINT_DIR_ENV):
+        return Path(env[CHECKPOINT_DIR_ENV]) / job_id
+    base = Path(env.get("SLURM_SUBMIT_DIR") or os.getcwd()) / SUBDIR
+    try:
+        base.mkdir(mode=0o755, exist_ok=True)
+    except OSError:
+        pass             # an unwritable submit directory: the first save says so
+    home = base / f"{job_id}.ckpt"
+    for path in (base, home):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+            what = "a symlink" if stat.S_ISLNK(st.st_mode) else \
+                "not a directory" if not stat.S_ISDIR(st.st_mode) else f"owned by another user (uid {st.st_uid})"
+            raise CheckpointDirRefused(
+                f"{path} is {what}: a checkpoint there could be replaced by someone else's, which "
+                f"a resumed job would load as its own; remove it, or set {CHECKPOINT_DIR_ENV} to a "
+                f"directory of yours")
+    return home
+
+
 def _open_dir(directory: Path) -> int:
     """The progress directory, opened (created when missing), if the job's user or root
     owns it, or it is the one $GAVEL_PROGRESS_DIR names (a spool chosen on purpose, which

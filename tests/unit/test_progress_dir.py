@@ -111,3 +111,38 @@ def test_a_spool_named_on_purpose_may_be_a_service_accounts(tmp_path, monkeypatc
     os.chown(spool / "8.jsonl", NOBODY, NOBODY)
     with pytest.raises(ProgressDirRefused, match="owned by another user"):
         append_record(spool / "8.jsonl", {"event": "start"})
+
+
+@needs_root
+def test_no_checkpoint_is_kept_or_loaded_where_another_user_could_swap_it(tmp_path, monkeypatch):
+    """The default checkpoint directory lies under `.gavel`: under another user's, a resumed
+    job would load their file (pickle: their code) as its own. The iterator and the HF helper
+    refuse it at the start with what to do; a symlinked `<jobid>.ckpt` likewise; GAVEL_CHECKPOINT_DIR
+    (the user's own choice) or a `.gavel` of the user's own works."""
+    from slurm_gavel.job import hf
+    from slurm_gavel.job.progress import CheckpointDirRefused, default_checkpoint_dir
+    shared, d = foreign_gavel_dir(tmp_path)
+    for k in list(os.environ):
+        if k.startswith(("SLURM_", "GAVEL_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    monkeypatch.setenv("SLURM_SUBMIT_DIR", str(shared))
+    with pytest.raises(CheckpointDirRefused, match=r"\.gavel is owned by another user \(uid 65534\): "
+                       r"a checkpoint there could be replaced .* set GAVEL_CHECKPOINT_DIR"):
+        GavelIterator(range(5), None, None, total_steps=5, progress_interval=0)
+    with pytest.raises(CheckpointDirRefused):
+        hf.checkpoint_dir()
+    assert list(d.iterdir()) == []
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / ".gavel").mkdir()
+    (mine / ".gavel" / "78.ckpt").symlink_to(d)
+    with pytest.raises(CheckpointDirRefused, match="78.ckpt is a symlink"):
+        default_checkpoint_dir("78", {"SLURM_SUBMIT_DIR": str(mine)})
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert default_checkpoint_dir("78", {"SLURM_SUBMIT_DIR": str(fresh)}) == fresh / ".gavel" / "78.ckpt"
+    assert (fresh / ".gavel").is_dir()
+    assert default_checkpoint_dir("78", {"SLURM_SUBMIT_DIR": str(shared), "GAVEL_CHECKPOINT_DIR":
+                                         str(tmp_path / "ck")}) == tmp_path / "ck" / "78"
