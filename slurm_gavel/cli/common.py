@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Sequence
 
 from ..core.errors import GavelError, InputError, UnknownPolicyError
-from ..daemon.store import SqliteStore
+from ..daemon.integrity import lost_rounds, refusal
+from ..daemon.store import SqliteStore, StoreDamaged
 
 PROG = "slurm-gavel"
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -56,10 +58,21 @@ def database_path(args) -> str:
 @contextmanager
 def reading(args, path: str | None = None) -> Iterator[SqliteStore]:
     """The daemon's database (`path`, else `database_path(args)`) opened read-only, closed
-    when the block ends."""
+    when the block ends.  A damaged database, one whose -wal is gone, or one that lost
+    rounds the daemon committed is a StoreError in words (as the daemon and doctor say it),
+    never a traceback."""
     store = SqliteStore(path or database_path(args), readonly=True)
     try:
+        lost = lost_rounds(store.path, store.db.conn)
+        if lost is not None:
+            raise lost
+        refused = refusal(store.path)
+        if refused is not None:       # the daemon found it damaged and stopped (integrity.py)
+            raise StoreDamaged(store.path, "was refused by the daemon, which stopped",
+                               f"it said: {refused}")
         yield store
+    except sqlite3.DatabaseError as e:
+        raise store.unreadable(e) from None
     finally:
         store.close()
 

@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.add_argument("--dry-run", action="store_true",
                         help="shadow mode: compute and log every decision, change nothing in Slurm")
     daemon.add_argument("--max-rounds", type=int, metavar="N", help="stop after N rounds (tests)")
+    daemon.add_argument("--accept-lost-rounds", action="store_true",
+                        help="start on a database that holds fewer rounds than the daemon committed "
+                             "(an older copy restored): afresh from the jobs Slurm has, not from its "
+                             "saved plan")
     daemon.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     daemon.set_defaults(handler=cmd_daemon)
     from .queue import add_arguments
@@ -78,7 +82,8 @@ def cmd_daemon(args) -> int:
 
     if args.max_rounds is not None and args.max_rounds < 1:
         raise InputError("--max-rounds", f"must be >= 1, got {args.max_rounds}")
-    return daemon_main(config_path(args), dry_run=args.dry_run, max_rounds=args.max_rounds, log_level=args.log_level)
+    return daemon_main(config_path(args), dry_run=args.dry_run, max_rounds=args.max_rounds,
+                       log_level=args.log_level, accept_lost_rounds=args.accept_lost_rounds)
 
 
 def cmd_queue(args) -> int:

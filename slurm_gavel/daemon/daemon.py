@@ -20,7 +20,10 @@ database cannot be written (disk full, read-only, I/O errors, the file
 deleted) the daemon logs one line saying what to do, then polls nothing and
 starts, holds or preempts nothing, and tries the database again every tick;
 it resumes by itself.  A database that cannot be written at start is one line
-and exit code 75 (systemd starts it again after RestartSec).
+and exit code 75 (systemd starts it again after RestartSec).  A database that is
+damaged or lost state (integrity.py: SQLite's quick_check at start, and at start and
+every round the last round it holds against the last one this daemon committed) is
+never acted on: one line saying why, exit code 4; the old plan is never re-run.
 
 Watching (slurm_conf/README.md): the Prometheus series of metrics.py, served when
 `metrics_port` is set (a port in use: one line, exit 75); each start and preemption
@@ -45,7 +48,7 @@ from ..core.engine import FILLING, Engine
 from ..core.plan import Assignment
 from ..core.errors import GavelError
 from ..estimator.learning import EstimatingThroughputs
-from ..policies import make_policy, resolve
+from ..policies import POLICIES, make_policy, resolve
 from ..core.recompute import Background
 from ..slurm.backend import SlurmBackend
 from .decisions import decide
@@ -55,19 +58,23 @@ from .lock import DatabaseLock, LockError, LockUnavailable
 from .logs import log_to, log_to_stderr
 from ..slurm.backend.pairs.multi import StoredRequests
 from .metrics import CountingCLI, Metrics, MetricsError, TimedPolicy, gpu_states
-from .store import SqliteStore, StoreError
+from .store import SqliteStore, StoreDamaged, StoreError
+from . import integrity
 from ..estimator.table import ThroughputTable
 
 log = logging.getLogger("slurm_gavel.daemon")
 
 # Exit codes (slurm_conf/slurm-gavel.service): 2 a bad configuration, 3 the database
-# is another daemon's (neither is fixed by starting again), 75 (EX_TEMPFAIL) the
+# is another daemon's, 4 it is damaged or lost state (none is fixed by starting again), 75 (EX_TEMPFAIL) the
 # database cannot be written at start (it may be, a RestartSec later).
 EXIT_IN_USE = 3
 EXIT_STORAGE = 75
 # How often retention runs (and the database's size and rows are published): a pruning
 # deletes what aged past the horizon since the last, a few rounds' worth
 PRUNE_EVERY_SECONDS = 3600.0
+# the database is damaged or lost rounds: restarting does not mend it (an admin restores
+# a backup or accepts the loss)
+EXIT_DAMAGED = 4
 # Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
                 "syslog_facility", "syslog_address",
@@ -99,7 +106,8 @@ class TickingClock(WallClock):
 
 
 class Daemon:
-    def __init__(self, config: config_mod.Config, dry_run: bool = False, metrics: Metrics | None = None):
+    def __init__(self, config: config_mod.Config, dry_run: bool = False, metrics: Metrics | None = None,
+                 accept_lost_rounds: bool = False):
         self.config = config
         self.dry_run = dry_run
         self._pruned_at: float | None = None     # retention (`_retain`): when it last ran
@@ -113,9 +121,11 @@ class Daemon:
         self.storage_error: str | None = None     # why the database cannot be written, while so
         self._logged_storage: str | None = None    # the failure last logged (one line per cause)
         self.exit_code = 0
+        new_database = not os.path.exists(config.database)
         try:
             self.store = SqliteStore(config.database)
             self.store.probe()       # read-only at start (chattr +i, ro mount): found now, not mid-round
+            self._accepted_loss = self._check_database(accept_lost_rounds, new_database)
             starts = self.store.count_start()
             self.store.set_mode(dry_run)        # gqueue marks a shadow database
         except BaseException:
@@ -165,9 +175,37 @@ class Daemon:
                  ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
                  " [DRY RUN: nothing is changed in Slurm]" if dry_run else "")
 
+    def _check_database(self, accept_lost_rounds: bool, new_database: bool) -> int | None:
+        """At start: raise StoreDamaged when the database is damaged, or holds fewer rounds
+        than were committed (unless the admin accepts that: then the mark, to number on from).
+        A new database (the old one removed to start a new ledger) drops the old mark."""
+        if new_database:
+            integrity.mark_path(self.store.path).unlink(missing_ok=True)
+            return None
+        path, conn = self.store.path, self.store.db.conn
+        mark = integrity.read_mark(path)
+        damage = integrity.quick_check(path, conn)
+        lost = None if damage else integrity.lost_rounds(path, conn)
+        if damage or (lost and not accept_lost_rounds):
+            self._mark(-1 if mark is None else mark, refused=str(damage or lost))   # for gqueue
+            raise damage or lost
+        if integrity.refusal(path) is not None:     # mended, or the loss accepted: readable again
+            self._mark(-1 if mark is None else mark)
+        if lost is None:
+            return None
+        log.warning("%s: accepted (--accept-lost-rounds): starting afresh from the jobs Slurm has",
+                    lost.reason)
+        return mark
+
     def _resume(self) -> None:
         """A restart: go on from the state the last run kept (rounds, ledger, allocation)."""
+        if self._accepted_loss is not None:
+            # its saved allocation and plan are older than what was done in Slurm: never resumed
+            self.engine.round = max(self.store.next_round(), self._accepted_loss + 1)
+            self._committed = self.store.next_round() - 1     # what the database holds
+            return
         state = self.store.load_engine_state()
+        self._committed = self.store.next_round() - 1      # the last round the database holds
         if state is None:
             self.engine.round = self.store.next_round()
             return
@@ -261,7 +299,11 @@ class Daemon:
 
     # -- storage ---------------------------------------------------------------------
     def _storage_failed(self, e: GavelError) -> None:
-        """Stop acting until the database can be written; one line per distinct cause."""
+        """Stop acting until the database can be written; one line per distinct cause.
+        Damaged (or lost state): stop for good, exit code 4."""
+        if isinstance(e, StoreDamaged):
+            self._damaged(e)
+            return
         message = str(e)
         if message != self._logged_storage:
             log.error("%s (until then no job is started, held or preempted)", message)
@@ -289,6 +331,39 @@ class Daemon:
             log.warning("database size not read: %s", e)
             return
         self.metrics.database(size, rows, pruned)
+    def _damaged(self, e: StoreDamaged) -> None:
+        if self.exit_code != EXIT_DAMAGED:
+            log.error("%s (the daemon stops: nothing more is done in Slurm)", e)
+            self._mark(max(self._committed, 0), refused=str(e))
+        self.storage_error = str(e)
+        self.exit_code = EXIT_DAMAGED
+        self.metrics.up.set(0)
+        self.clock.stop()
+
+    def _state_kept(self) -> bool:
+        """Every round, before acting: the database still holds the last round this daemon
+        committed (not replaced by an older copy, not lost with its -wal)."""
+        try:
+            lost = integrity.lost_rounds(self.store.path, self.store.db.conn, self._committed)
+        except sqlite3.DatabaseError as e:
+            self._storage_failed(self.store.unreadable(e))
+            return False
+        if lost is not None:
+            self._damaged(lost)
+            return False
+        return True
+
+    def _committed_round(self, number: int) -> None:
+        """Round `number` is in the database: mark it (integrity.py), so that a restart from a
+        database that lost it refuses to re-run an older plan."""
+        self._committed = max(self._committed, number)
+        self._mark(number)
+
+    def _mark(self, number: int, refused: str | None = None) -> None:
+        try:
+            integrity.write_mark(self.store.path, number, refused)
+        except OSError as e:
+            log.warning("cannot write the round mark %s: %s", integrity.mark_path(self.store.path), e)
 
     def _storage_worked(self) -> None:
         """A whole step was recorded: say so once after a failure.  (Not at the first small
@@ -395,6 +470,10 @@ class Daemon:
                 log.warning("reload: %s takes effect at the next restart (kept: %r)", key,
                             getattr(self.config, key))
                 new = replace(new, **{key: getattr(self.config, key)})
+        refused = self._policy_refused(new)
+        if refused:
+            log.error("reload: keeping policy %s: %s", self.config.policy, refused)
+            new = replace(new, policy=self.config.policy, agnostic=self.config.agnostic)
         old = self.engine.allocator
         self.engine.allocator = self._allocator(new)
         old.close()
@@ -415,6 +494,24 @@ class Daemon:
         self.config = new
         log.info("reloaded %s: policy %s, rounds of %.0f s", path, new.policy, new.round_seconds)
 
+    def _policy_refused(self, new) -> str | None:
+        """Why the policy `new` names cannot solve for the jobs in the queue now (e.g.
+        finish_time_fairness and a job without steps=: every solve would fail and every job
+        fall back to equal shares), or None."""
+        if resolve(new.policy).policy == resolve(self.config.policy).policy or self.engine.input is None:
+            return None
+        name, inp = resolve(new.policy).policy, self.engine.input
+        try:
+            POLICIES[name]().check(inp)
+        except GavelError as e:
+            if "steps_remaining" not in str(e):
+                return f"{name} cannot solve for the jobs in the queue ({e})"
+            missing = [job for job, steps in zip(inp.job_ids, inp.steps_remaining) if steps != steps]
+            return (f"{name} needs steps= in every job's gavel comment, and job(s) "
+                    f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''} have none "
+                    f"(every solve would fail)")
+        return None
+
     def run(self, max_rounds: int | None = None) -> int:
         try:
             while not self.clock.stopping.is_set():
@@ -425,6 +522,8 @@ class Daemon:
                 if not self._storage_ready():
                     # nothing recorded, nothing done: try again in a tick
                     self.clock.sleep_until(self.clock.now() + self.clock.every)
+                    continue
+                if not self._state_kept():
                     continue
                 started = time.perf_counter()
                 previous = (self.engine.last_plan.assignments if self.engine.last_plan is not None
@@ -437,6 +536,9 @@ class Daemon:
                 except StoreError as e:
                     self._storage_failed(e)
                     continue
+                except sqlite3.DatabaseError as e:     # a read of a damaged page
+                    self._storage_failed(self.store.unreadable(e))
+                    continue
                 except GavelError as e:
                     # Slurm not answering (slurmctld restarting, a timeout): no
                     # round this time; the jobs keep what they have.  Try again.
@@ -444,6 +546,7 @@ class Daemon:
                     log.error("round skipped, trying again in %.0f s: %s", delay, e)
                     self.clock.sleep_until(self.clock.now() + delay)
                     continue
+                self._committed_round(plan.round)
                 self.backend.backoff.succeeded()
                 self.backend.replan = False     # this round saw whatever asked for a new plan
                 # released before this round, not run at its poll: taken back, not preempted
@@ -468,7 +571,7 @@ class Daemon:
         finally:
             self.engine.allocator.close()
             try:
-                if self.exit_code == 0 and self._storage_ready():
+                if self.exit_code == 0 and self._storage_ready() and self._state_kept():
                     self.engine.settle()        # what ran since the last round is not lost
             except StoreError as e:
                 self._storage_failed(e)
@@ -478,7 +581,7 @@ class Daemon:
             if self._watchdog is not None:
                 self._watchdog.cancel()     # stopped in time (matters when run in-process)
             self.lock.release()
-        if self.storage_error is not None:
+        if self.storage_error is not None and self.exit_code != EXIT_DAMAGED:
             log.error("stopped with the database not writable: %s", self.storage_error)
         log.info("stopped after round %d", self.engine.round - 1)
         return self.exit_code
@@ -552,7 +655,7 @@ class Daemon:
 
 
 def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None = None,
-         log_level: str = "INFO") -> int:
+         log_level: str = "INFO", accept_lost_rounds: bool = False) -> int:
     log_to_stderr(log_level)
     # Signals that arrive while the daemon starts (the endpoint may already answer) are
     # kept and handled once it runs: the default action of SIGHUP would end the process.
@@ -574,11 +677,15 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
             return EXIT_STORAGE
         log.info("metrics: http://%s:%d/metrics", config.metrics_address, metrics.port)
     try:
-        daemon = Daemon(config, dry_run=dry_run, metrics=metrics)
+        daemon = Daemon(config, dry_run=dry_run, metrics=metrics, accept_lost_rounds=accept_lost_rounds)
     except LockError as e:
         log.error("%s", e)
         metrics.close()
         return EXIT_STORAGE if isinstance(e, LockUnavailable) else EXIT_IN_USE
+    except StoreDamaged as e:   # damaged, or lost rounds: one line, not restarted by systemd
+        log.error("%s", e)
+        metrics.close()
+        return EXIT_DAMAGED
     except StoreError as e:     # read-only, full, unreadable: one line, no traceback
         log.error("%s", e)
         metrics.close()
@@ -594,4 +701,4 @@ def main(config_path: str | None, dry_run: bool = False, max_rounds: int | None 
         metrics.close()
 
 
-__all__ = ["EXIT_IN_USE", "EXIT_STORAGE", "Daemon", "TickingClock", "main"]
+__all__ = ["EXIT_DAMAGED", "EXIT_IN_USE", "EXIT_STORAGE", "Daemon", "TickingClock", "main"]

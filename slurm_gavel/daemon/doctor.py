@@ -5,8 +5,10 @@
 the user the daemon runs as) against what this configuration asks for, then the checks
 of what the daemon itself owns:
 * the database: its directory exists and lets users through, the file (with its
-  `-wal`/`-shm`) is readable by other users, who run `gqueue`, and its schema is one
-  this slurm-gavel reads (the daemon migrates an older one at start, refuses a newer one);
+  `-wal`/`-shm`) is readable by other users, who run `gqueue`, its schema is one
+  this slurm-gavel reads (the daemon migrates an older one at start, refuses a newer one),
+  and it is whole (integrity.py: SQLite's integrity_check, its -wal not deleted, every
+  round the daemon committed still in it);
 * `progress_dir`: exists, a directory, world-writable with the sticky bit (1777), and
   on a file system the compute nodes share when they are other hosts.
 Findings are sorted errors first.  It changes nothing.
@@ -24,7 +26,7 @@ from ..slurm.commands import SlurmCLI
 from ..slurm.doctor import (LEVELS, check_munge, check_nodes, check_pair_gpus, check_plugin_file,
                             check_shard_sockets, check_sharing_select, check_slurm_conf, check_user,
                             finding, shipped_file)
-from .store import MIGRATIONS
+from .store import FIX_DAMAGED, MIGRATIONS, damaged
 
 # file systems the compute nodes can share with the daemon's host
 SHARED_FS = {"nfs", "nfs4", "lustre", "gpfs", "ceph", "cephfs", "fuse.cephfs", "beegfs",
@@ -48,7 +50,10 @@ def check_database(path: str) -> list[dict]:
     if not db.exists():
         out.append(finding("info", "database", f"{db} does not exist yet: the daemon makes it at start"))
         return out
-    out += check_schema(db)
+    schema = check_schema(db)
+    out += schema
+    if not schema:          # a schema this slurm-gavel reads: is the file whole?
+        out += check_whole(db)
     closed = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm"))
               if p.exists() and not p.stat().st_mode & stat.S_IROTH]
     if closed:
@@ -72,6 +77,8 @@ def check_schema(db: Path) -> list[dict]:
             conn.close()
         have = int(row[0]) if row else 0
     except (sqlite3.Error, ValueError) as e:
+        if damaged(e):      # the daemon's and gqueue's words
+            return [finding("error", "database", f"database {db} is damaged ({e})", FIX_DAMAGED)]
         return [finding("error", "database", f"{db}: cannot be read as the daemon's database ({e})",
                         "restore it from a backup, or move it away (the daemon then starts a new ledger)")]
     if have > len(MIGRATIONS):
@@ -82,6 +89,33 @@ def check_schema(db: Path) -> list[dict]:
                         f"{len(MIGRATIONS)} at the daemon's next start",
                         "back it up first (docs/install.md, \"Upgrading\")")]
     return []
+
+
+def check_whole(db: Path) -> list[dict]:
+    """The database is whole: SQLite's full integrity_check, its -wal where its -shm says
+    there is one, and every round the daemon committed (integrity.py) still in it.  The
+    same words as the daemon's and gqueue's (`StoreDamaged`)."""
+    import sqlite3
+    from .integrity import integrity_check, lost_rounds
+    from .store import StoreDamaged
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as e:
+        return [finding("error", "database", f"database {db} cannot be opened: {e}")]
+    try:
+        problem = integrity_check(db, conn) or lost_rounds(db, conn)
+    except sqlite3.DatabaseError as e:
+        problem = StoreDamaged(db, f"is damaged ({e})") if damaged(e) else StoreDamaged(
+            db, f"cannot be read ({e})", "check its -wal and -shm files beside it")
+    finally:
+        conn.close()
+    if problem is None and Path(f"{db}-shm").exists() and not Path(f"{db}-wal").exists():
+        problem = StoreDamaged(db, f"has lost its -wal ({db.name}-shm is there without it)",
+                               "if the daemon runs it writes the database back within a tick; "
+                               "if not, the writes since its last checkpoint are lost")
+    if problem is None:
+        return []
+    return [finding("error", "database", f"database {db} {problem.reason}", problem.fix)]
 
 
 def _local_node(raw: dict) -> bool:
@@ -174,4 +208,4 @@ def diagnose(config, cli: SlurmCLI | None = None) -> list[dict]:
     return sorted(out, key=lambda f: order[f["level"]])
 
 
-__all__ = ["check_database", "check_progress_dir", "check_schema", "diagnose"]
+__all__ = ["check_database", "check_progress_dir", "check_schema", "check_whole", "diagnose"]

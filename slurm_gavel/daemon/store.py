@@ -48,6 +48,26 @@ class StoreError(GavelError):
     pass
 
 
+class StoreDamaged(StoreError):
+    """The database is damaged or has lost state: the daemon must not act on it (integrity.py)."""
+
+    def __init__(self, path, reason: str, fix: str | None = None):
+        self.path, self.reason = str(path), reason
+        self.fix = fix or FIX_DAMAGED
+        super().__init__(f"database {path} {reason}; {self.fix}")
+
+
+FIX_DAMAGED = ("stop the daemon, keep the file for inspection and restore the database from a "
+               "backup (slurm-gavel doctor checks it)")
+# what SQLite says of a file that is not (or no longer) a well-formed database
+_DAMAGE = ("malformed", "not a database", "file is encrypted")
+
+
+def damaged(error: BaseException) -> bool:
+    """Whether SQLite's `error` says the file itself is damaged (not merely unwritable)."""
+    return isinstance(error, sqlite3.DatabaseError) and any(k in str(error).lower() for k in _DAMAGE)
+
+
 class StoreUnwritable(StoreError):
     """The database cannot be written now; the message names it, the cause, and the fix."""
 
@@ -94,8 +114,11 @@ def _frozen(fd: int) -> str | None:
     return None
 
 
-def unwritable(path, error: BaseException) -> StoreUnwritable:
-    """The storage error `error` (sqlite3 or OS) as the one line an admin needs."""
+def unwritable(path, error: BaseException) -> StoreUnwritable | StoreDamaged:
+    """The storage error `error` (sqlite3 or OS) as the one line an admin needs; a damaged
+    file is StoreDamaged (waiting does not mend it)."""
+    if damaged(error):
+        return StoreDamaged(path, f"is damaged ({error})")
     index = _ERRNO.get(getattr(error, "errno", None))
     if index is None:
         text = str(error).lower()
@@ -128,7 +151,12 @@ class SqliteStore(Store, MeasurementStore):
             except sqlite3.Error as e:
                 raise StoreError(f"{self.path}: cannot open database: {e}") from None
             self.db = sqlite_utils.Database(conn)
-            if self.schema_version() != len(MIGRATIONS):
+            try:
+                version = self.schema_version()
+            except sqlite3.DatabaseError as e:
+                conn.close()
+                raise self.unreadable(e) from None
+            if version != len(MIGRATIONS):
                 raise StoreError(f"{self.path}: schema version {self.schema_version()}, "
                                  f"this slurm-gavel reads {len(MIGRATIONS)}")
             return
@@ -159,6 +187,29 @@ class SqliteStore(Store, MeasurementStore):
                 pass
         return conn
 
+    def unreadable(self, error: sqlite3.DatabaseError) -> StoreError:
+        """A read of this database failed: why, in words (damaged, its -wal gone, ...)."""
+        if damaged(error):
+            return StoreDamaged(self.path, f"is damaged ({error})")
+        if self.wal_lost_at_path() or ("i/o error" in str(error).lower() and self._wal_empty()):
+            return StoreDamaged(self.path, f"cannot be read: {self.path.name}-wal is missing "
+                                           f"beside its -shm ({error})",
+                                "if the daemon runs it writes the database back within a tick "
+                                "(then try again); if not, the writes in that file are lost: "
+                                "run slurm-gavel doctor")
+        return StoreError(f"database {self.path} cannot be read: {error}")
+
+    def wal_lost_at_path(self) -> bool:
+        """Its -shm is at the path but not the -wal that index points into (deleted)."""
+        return Path(f"{self.path}-shm").exists() and not Path(f"{self.path}-wal").exists()
+
+    def _wal_empty(self) -> bool:
+        """An empty -wal beside a -shm: what a reader makes when the -wal was deleted."""
+        try:
+            return Path(f"{self.path}-shm").exists() and os.path.getsize(f"{self.path}-wal") == 0
+        except OSError:
+            return False
+
     def _close_files(self):
         for fd in [self._fd] + [fd for _, fd in self._side]:
             if fd is not None:
@@ -177,7 +228,9 @@ class SqliteStore(Store, MeasurementStore):
 
     # -- storage health (the daemon) ----------------------------------------------------
     def moved(self) -> str | None:
-        """'deleted' or 'replaced' when the file at the path is no longer the one open."""
+        """'deleted' or 'replaced' when the file at the path is no longer the one open;
+        'wal deleted' when its -wal is (the rows since the last checkpoint are only in the
+        file still open: a reader sees an I/O error, a crash loses them)."""
         if self._fd is None:
             return None
         mine = os.fstat(self._fd)
@@ -189,7 +242,23 @@ class SqliteStore(Store, MeasurementStore):
             return None        # cannot tell (permissions): the writes will say
         if (mine.st_ino, mine.st_dev) != (there.st_ino, there.st_dev):
             return "replaced"
-        return "deleted" if mine.st_nlink == 0 else None
+        if mine.st_nlink == 0:
+            return "deleted"
+        return "wal deleted" if self._wal_moved() else None
+
+    def _wal_moved(self) -> bool:
+        """The -wal at the path is not the one open (deleted, or another made in its place)."""
+        for suffix, fd in self._side:
+            if suffix == "-wal":
+                mine = os.fstat(fd)
+                try:
+                    there = os.stat(f"{self.path}-wal")
+                except FileNotFoundError:
+                    return True
+                except OSError:
+                    return False
+                return (mine.st_ino, mine.st_dev) != (there.st_ino, there.st_dev)
+        return False
 
     def recover(self) -> str | None:
         """Reattach to the path after the file moved; what was done (for the log), or None.
@@ -202,7 +271,7 @@ class SqliteStore(Store, MeasurementStore):
         if what is None:
             return None
         old = self.db.conn
-        if what == "deleted":
+        if what in ("deleted", "wal deleted"):
             # copy beside, then into place: never a half-written database at the path
             copy_path = self.path.with_name(self.path.name + ".restoring")
             try:
@@ -213,7 +282,7 @@ class SqliteStore(Store, MeasurementStore):
                     old.backup(copy)
                 finally:
                     copy.close()
-                self._drop_side_files()
+                self._drop_side_files(every=what == "wal deleted")
                 os.replace(copy_path, self.path)
             except (sqlite3.Error, OSError) as e:
                 try:
@@ -226,20 +295,23 @@ class SqliteStore(Store, MeasurementStore):
         old.close()
         self.db = sqlite_utils.Database(self._connect())
         self.migrate()
-        return ("the file was deleted while open: written back from the copy the daemon had "
-                "open (nothing lost)" if what == "deleted"
-                else "the file was replaced while open: the new file is used from now on")
+        return {"deleted": "the file was deleted while open: written back from the copy the "
+                           "daemon had open (nothing lost)",
+                "wal deleted": f"{self.path.name}-wal was deleted while open: the database was "
+                               "written back from the copy the daemon had open (nothing lost)",
+                }.get(what, "the file was replaced while open: the new file is used from now on")
 
-    def _drop_side_files(self) -> None:
+    def _drop_side_files(self, every: bool = False) -> None:
         """Remove the old file's -wal and -shm from the path.  SQLite neither checkpoints
         nor removes them when the database file has moved, and left there they would be
         replayed into the file that now has the name (seen: a replaced file read back
-        the old rows)."""
+        the old rows).  `every`: whatever -wal and -shm are there (the -wal was deleted;
+        a reader may have made an empty one beside the old wal-index)."""
         for suffix, fd in self._side:
             name = f"{self.path}{suffix}"
             try:
                 mine, there = os.fstat(fd), os.stat(name)
-                if (mine.st_ino, mine.st_dev) == (there.st_ino, there.st_dev):
+                if every or (mine.st_ino, mine.st_dev) == (there.st_ino, there.st_dev):
                     os.unlink(name)
             except OSError:
                 pass
@@ -621,7 +693,9 @@ class _Transaction:
     def __enter__(self):
         moved = None if self.store.readonly else self.store.moved()
         if moved:
-            raise StoreUnwritable(self.store.path, f"the file was {moved} while open",
+            what = (f"{self.store.path.name}-wal was deleted while open" if moved == "wal deleted"
+                    else f"the file was {moved} while open")
+            raise StoreUnwritable(self.store.path, what,
                                   "the daemon writes it back (or opens the new file) by itself; "
                                   "make its directory writable if it does not")
         frozen = None if self.store.readonly else self.store.frozen()
@@ -653,4 +727,5 @@ class _Transaction:
         return False
 
 
-__all__ = ["MIGRATIONS", "SqliteStore", "StoreError", "StoreUnwritable", "unwritable"]
+__all__ = ["FIX_DAMAGED", "MIGRATIONS", "SqliteStore", "StoreDamaged", "StoreError", "StoreUnwritable",
+           "damaged", "unwritable"]

@@ -79,6 +79,40 @@ class SlurmCommandError(GavelError):
         self.failed: tuple[str, ...] = ()      # the job ids not done (a chunked call), if known
 
 
+# What Slurm's clients say when slurmctld does not answer (slurm_strerror: "Unable to contact
+# slurm controller (connect failure)", "Socket timed out on send/recv operation", "Zero Bytes
+# were transmitted or received"); `squeue --json` (22.05) instead exits 0 with an error JSON
+# of "Unspecified error", so that case is told by asking `scontrol ping`.
+_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|Zero Bytes were "
+                          r"transmitted|Communication connection failure", re.IGNORECASE)
+# these talk to slurmdbd, not slurmctld: their failures are never "slurmctld unreachable"
+_DBD_TOOLS = ("sacct", "sacctmgr")
+
+
+# scontrol update's answer when slurmctld is down (22.05: "Unexpected message received for
+# job 5"): it may mean that, so `scontrol ping` is asked
+_AMBIGUOUS = re.compile(r"Unexpected message received")
+
+
+def unreachable(text: str) -> bool:
+    """Whether Slurm's output `text` says that slurmctld could not be reached."""
+    return bool(_UNREACHABLE.search(text or ""))
+
+
+def controller_down(ping_output: str) -> bool:
+    """`scontrol ping` says no controller is up ("Slurmctld(primary) at vm is DOWN")."""
+    return "is DOWN" in ping_output and "is UP" not in ping_output
+
+
+class SlurmUnreachable(SlurmCommandError):
+    """slurmctld did not answer: said as such, with the command and Slurm's words."""
+
+    def __init__(self, args: Sequence[str], returncode: int | None, stderr: str):
+        super().__init__(args, returncode, stderr)
+        GavelError.__init__(self, f"slurmctld unreachable: {self} (is slurmctld running? "
+                                  f"`scontrol ping`, systemctl status slurmctld)")
+
+
 # What scancel says of a job that has ended (or is ending) by the time it is signalled
 # (22.05.8 and 24.11.5: "Invalid job id specified" once the job is done).
 _ENDED = re.compile(r"^scancel: error: Kill job error on job id ([0-9]+(?:_[0-9]+)?): "
@@ -167,14 +201,27 @@ class SlurmCLI:
             done = subprocess.run(argv, env=env, capture_output=True, text=True, input=input,
                                   timeout=timeout or self.timeout, check=False)
         except subprocess.TimeoutExpired as e:
-            raise SlurmCommandError(args, None, (e.stderr or b"").decode() if isinstance(e.stderr, bytes)
-                                    else (e.stderr or "")) from None
+            stderr = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            down = args[0] not in _DBD_TOOLS and (unreachable(stderr) or self._down())
+            raise (SlurmUnreachable if down else SlurmCommandError)(args, None, stderr) from None
         except FileNotFoundError:
             raise SlurmCommandError(args, 127, f"{argv[0]}: command not found (is Slurm installed "
                                                f"and on PATH?)") from None
         if check and done.returncode != 0:
-            raise SlurmCommandError(args, done.returncode, done.stderr)
+            down = args[0] not in _DBD_TOOLS and (
+                unreachable(done.stderr) or (bool(_AMBIGUOUS.search(done.stderr)) and self._down()))
+            raise (SlurmUnreachable if down else SlurmCommandError)(args, done.returncode, done.stderr)
         return done
+
+    def _down(self) -> bool:
+        """Ask `scontrol ping` whether slurmctld is down (after a failure that does not say)."""
+        try:
+            done = subprocess.run([self._exe("scontrol"), "ping"], capture_output=True, text=True,
+                                  env=dict(os.environ, **self.env) if self.env else None,
+                                  timeout=min(self.timeout, 20), check=False)
+        except (subprocess.TimeoutExpired, OSError):
+            return False
+        return controller_down(done.stdout + done.stderr)
 
     def json(self, args: Sequence[str]) -> dict:
         out = self.run(args).stdout
@@ -186,7 +233,9 @@ class SlurmCLI:
             raise SlurmCommandError(args, 0, "output is not a JSON object")
         errors = [e for e in data.get("errors") or [] if e]
         if errors:
-            raise SlurmCommandError(args, 0, f"reported errors: {errors}")
+            text = f"reported errors: {errors}"
+            raise (SlurmUnreachable if unreachable(text) or self._down() else SlurmCommandError)(
+                args, 0, text)
         return data
 
     # -- reading ------------------------------------------------------------------
@@ -207,6 +256,16 @@ class SlurmCLI:
 
     def partitions(self) -> dict:
         return self.json(["scontrol", "show", "partitions", "--json"])
+
+    def partition_states(self) -> dict[str, str]:
+        """partition -> its state as sinfo says it, upper case: UP, DOWN, DRAIN or INACT
+        (every Slurm version; `%a` is the partition's availability)."""
+        out = {}
+        for line in self.run(["sinfo", "--noheader", "--format=%R %a"]).stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                out[parts[0]] = parts[1].upper()
+        return out
 
     def version(self) -> tuple[int, ...]:
         text = self.run(["sinfo", "--version"]).stdout.strip()      # "slurm 22.05.8"
@@ -310,7 +369,8 @@ class SlurmCLI:
                 self.run(args)
                 return
             except SlurmCommandError as e:
-                if attempt == tries or e.returncode is None or not transient_update_error(e.stderr):
+                if (attempt == tries or e.returncode is None or isinstance(e, SlurmUnreachable)
+                        or not transient_update_error(e.stderr)):
                     raise
                 log.debug("%s: %s; trying again (%d/%d)", " ".join(args), e.stderr, attempt, tries)
                 time.sleep(0.05 * attempt)
@@ -434,5 +494,6 @@ class Backoff:
         self.next_try = 0.0
 
 
-__all__ = ["Backoff", "CHUNK_IDS", "PARTITION_TRIES", "UPDATE_WORKERS", "reshape_fields", "SIGNALS", "SlurmCLI", "SlurmCommandError", "job_ids", "name",
-           "transient_update_error"]
+__all__ = ["Backoff", "CHUNK_IDS", "PARTITION_TRIES", "UPDATE_WORKERS", "reshape_fields", "SIGNALS", "SlurmCLI",
+           "SlurmCommandError", "SlurmUnreachable", "controller_down", "job_ids", "name",
+           "transient_update_error", "unreachable"]

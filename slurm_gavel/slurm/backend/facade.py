@@ -122,6 +122,9 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         # still run there (a dead slurmd leaves its slurmstepds running)
         self._lost: dict[str, tuple[tuple[str, ...], float]] = {}
         self._back: dict[str, float] = {}              # node -> when it was first seen usable again
+        # partition -> Slurm's state of it when not UP (DOWN, DRAIN, INACT): its GPUs are no
+        # server, as a drained node's are (Slurm starts nothing there)
+        self._closed: dict[str, str] = {}
         # job -> why its last start was taken back at once: a non-gavel job took the GPUs
         # planned for it between the plan and the start (shown by gqueue until it runs)
         self._taken: dict[str, str] = {}
@@ -185,6 +188,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         gone = [job for job in dict.fromkeys([*self.snapshot.gavel, *sorted(self._unreconciled)])
                 if job not in snap.gavel]
         self.snapshot = snap
+        self._read_partition_states()
         finals = self._final_states(gone, snap.listed, now)
         reconciled = {job for job in gone if job in finals and job not in self._running
                       and job in self._unreconciled}
@@ -205,6 +209,26 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         self._bad_shapes = {job: r for job, r in self._bad_shapes.items()
                             if job in snap.gavel and not snap.gavel[job].running}
         self._notes = {job: n for job, n in self._notes.items() if job in self._bad_shapes}
+
+    def _read_partition_states(self) -> None:
+        """Which of the types' partitions Slurm will start nothing in; said once per change."""
+        read = getattr(self.cli, "partition_states", None)    # a recorded CLI: all are UP
+        if read is None:
+            return
+        try:
+            states = read()
+        except SlurmCommandError as e:      # the poll itself answered: keep what was known
+            log.debug("cannot read the partitions' states: %s", e)
+            return
+        ours = set(self._partition_of.values())
+        closed = {p: s.rstrip("*") for p, s in states.items() if p in ours and s.rstrip("*") != "UP"}
+        for p, state in closed.items():
+            if self._closed.get(p) != state:
+                log.warning("partition %s is %s in Slurm: its GPUs are given to no job until it is UP",
+                            p, state)
+        for p in self._closed.keys() - closed.keys():
+            log.info("partition %s is UP again: its GPUs are scheduled again", p)
+        self._closed = closed
 
     # -- backend interface --------------------------------------------------------
     def observe(self) -> Observation:
@@ -261,11 +285,11 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
     def _servers(self) -> tuple[Server, ...]:
         """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs such
         jobs left free make up (capacity.free_gpus: a plain job on 1 GPU and every CPU
-        leaves none)."""
+        leaves none); none in a partition Slurm has not UP."""
         servers = []
         for n in self._nodes:
             wt = self.snapshot.type_of.get(n.name)
-            if wt is None or not n.usable:
+            if wt is None or not n.usable or self._partition_of.get(wt) in self._closed:
                 continue
             free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0))
             if free > 0:

@@ -1,0 +1,272 @@
+"""What Slurm's own state does to the daemon: a partition set DOWN, slurmctld gone, and a
+policy switched by SIGHUP that cannot solve for the jobs in the queue.
+
+Real local clusters: the session's (a partition DOWN and UP again, jobs of root's only),
+and for slurmctld stopped a private one-node cluster, since stopping the session's
+slurmctld would hurt the other tests.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_gavel.slurm.commands import SlurmCLI, SlurmUnreachable
+from tests.support.daemon import submit, write_config
+from tests.support.slurm import require_slurm, running_cluster
+
+
+class Daemon:
+    """`slurm-gavel daemon` in a subprocess, its log in a file (read while it runs)."""
+
+    def __init__(self, config: Path, log: Path):
+        self.log_path = log
+        self.out = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config)],
+                                     stdout=self.out, stderr=subprocess.STDOUT, text=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, text: str, timeout: float = 90, after: int = 0) -> int:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            at = self.log().find(text, after)
+            if at >= 0:
+                return at
+            assert self.proc.poll() is None, self.log()[-3000:]
+            time.sleep(0.3)
+        pytest.fail(f"{text!r} not in the daemon's log after {timeout} s:\n{self.log()[-3000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+        return self.proc.returncode
+
+
+def jobs_of(cluster, ids) -> dict[str, tuple[str, str, str]]:
+    """job -> (state, partition, reason) as squeue says."""
+    out = cluster.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %P %r"]).stdout
+    return {p[0]: (p[1], p[2], p[3]) for p in (line.split() for line in out.splitlines()) if len(p) == 4}
+
+
+# -- a partition DOWN ------------------------------------------------------------------------
+def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
+    """v100 (the fastest type of the toy table) DOWN: every job runs on the other types,
+    none is released into v100 to fail with PartitionDown; UP again, it is used again."""
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+    cluster.run(["scontrol", "update", "partitionname=v100", "state=down"])
+    daemon = Daemon(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_for("partition v100 is DOWN in Slurm")
+        ids = [submit(cluster, tmp_path, model, 4, 300) for model in ("convnet", "translation", "convnet")]
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            seen = jobs_of(cluster, ids)
+            # (a held job waits in the partition it was submitted to: v100, the default)
+            assert not any(r == "PartitionDown" or (s == "RUNNING" and p == "v100")
+                           for s, p, r in seen.values()), seen
+            if len(seen) == 3 and all(s == "RUNNING" for s, _, _ in seen.values()):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"not every job runs on the types that are UP: {jobs_of(cluster, ids)}\n"
+                        f"{daemon.log()[-3000:]}")
+        assert "PartitionDown" not in daemon.log()
+        cluster.run(["scontrol", "update", "partitionname=v100", "state=up"])
+        daemon.wait_for("partition v100 is UP again")
+        # 4 more jobs of 4 GPUs: 28 GPUs asked of 24, so v100 is needed again
+        more = [submit(cluster, tmp_path, "convnet", 4, 300) for _ in range(4)]
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if any(s == "RUNNING" and p == "v100" for s, p, _ in jobs_of(cluster, ids + more).values()):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"nothing runs on v100 once it is UP: {jobs_of(cluster, ids + more)}")
+    finally:
+        cluster.run(["scontrol", "update", "partitionname=v100", "state=up"], check=False)
+        code = daemon.stop()
+    assert code == 0, daemon.log()[-3000:]
+    assert "Traceback" not in daemon.log()
+
+
+# -- a policy switch that cannot solve ------------------------------------------------------
+def test_a_switch_to_finish_time_fairness_with_a_job_without_steps_is_refused(clean, tmp_path):
+    cluster = clean
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, policy="max_min_fairness")
+    daemon = Daemon(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_for(" kept, ")
+        with_steps = submit(cluster, tmp_path, "convnet", 1, 300)
+        # no steps=: finish_time_fairness cannot know when it would finish
+        without = cluster.run(["sbatch", "--parsable", "--gres=gpu:1", "-o", str(tmp_path / "out-%j.txt"),
+                               f"--export=ALL,TOTAL=300,JOBDIR={tmp_path},GAVEL_PROGRESS_DIR={tmp_path / 'progress'}",
+                               "--comment", "gavel model=translation", str(tmp_path / "job.sh")]
+                              ).stdout.strip().split(";")[0]
+        daemon.wait_for(f"job {without}: started")
+        daemon.wait_for(f"job {with_steps}: started")
+        config.write_text(config.read_text().replace('"max_min_fairness"', '"finish_time_fairness"'))
+        before = len(daemon.log())
+        daemon.proc.send_signal(signal.SIGHUP)
+        at = daemon.wait_for("reload: keeping policy max_min_fairness", after=before)
+        line = daemon.log()[at:].splitlines()[0]
+        assert f"job(s) {without} have none" in line and "steps=" in line, line
+        # a job arriving now still gets a share of the old policy's solve
+        later = submit(cluster, tmp_path, "convnet", 1, 300)
+        daemon.wait_for(f"job {later}: started", after=at)
+        daemon.wait_for(" kept, ", after=len(daemon.log()))
+        assert "policy solve failed" not in daemon.log()[before:], daemon.log()[before:]
+        assert "policy max_min_fairness" in daemon.log()[at:]
+    finally:
+        code = daemon.stop()
+    assert code == 0, daemon.log()[-3000:]
+
+
+# -- slurmctld unreachable ------------------------------------------------------------------
+@pytest.fixture
+def private_cluster(tmp_path_factory):
+    """A one-node cluster of its own: its slurmctld may be stopped."""
+    require_slurm()
+    with running_cluster(tmp_path_factory.mktemp("private"), {"v100": (1, 4)}) as cluster:
+        yield cluster
+
+
+def test_slurmctld_unreachable_is_said_as_such(private_cluster, tmp_path):
+    cluster = private_cluster
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, command_timeout_seconds=20)
+    daemon = Daemon(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_for(" kept, ")
+        pid = cluster.daemons()["slurmctld"]["pid"]
+        os.kill(pid, signal.SIGTERM)
+        before = len(daemon.log())
+        at = daemon.wait_for("slurmctld unreachable", after=before, timeout=120)
+        line = daemon.log()[at:].splitlines()[0]
+        assert "is slurmctld running?" in line, line
+        # the same from the driver's commands, including squeue's exit 0 with an error JSON
+        cli = SlurmCLI(env={"SLURM_CONF": str(cluster.slurm_conf)}, timeout=30)
+        for command in (cli.squeue, lambda: cli.signal(["1"], "USR2")):
+            with pytest.raises(SlurmUnreachable, match="^slurmctld unreachable: `"):
+                command()
+        errors = [line for line in daemon.log()[before:].splitlines() if " ERROR " in line or "failed" in line]
+        assert errors and all("slurmctld unreachable" in e for e in errors), errors
+        cluster.restart_slurmctld()
+        daemon.wait_for(" kept, ", after=len(daemon.log()), timeout=180)
+    finally:
+        code = daemon.stop()
+    assert code == 0, daemon.log()[-3000:]
+
+
+# -- the database's -wal deleted, an older copy restored ------------------------------------------
+def rounds_in(db: Path) -> list[int]:
+    from slurm_gavel.daemon.store import SqliteStore
+    store = SqliteStore(db, readonly=True)
+    try:
+        return [n for (n,) in store.db.execute("select number from rounds order by number")]
+    finally:
+        store.close()
+
+
+def test_a_deleted_wal_loses_nothing_and_an_older_copy_is_never_resumed(clean, tmp_path):
+    """The -wal deleted under the daemon: written back within a tick, gqueue reads on, and
+    a kill -9 after it loses no round.  An older copy put in place of the database: the
+    daemon refuses it (exit 4, one line) and, told to accept the loss, starts afresh from
+    Slurm's jobs without preempting the job that runs."""
+    from slurm_gavel.cli.backup import backup
+    cluster = clean
+    db = tmp_path / "gavel.db"
+    config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1)
+    gqueue = [sys.executable, "-m", "slurm_gavel", "queue", "--db", str(db)]
+    daemon = Daemon(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_for(" kept, ")
+        job = submit(cluster, tmp_path, "convnet", 1, 600)
+        daemon.wait_for(f"job {job}: started")
+        backup(db, tmp_path / "old.db")                       # the copy restored later
+        before = len(daemon.log())
+        os.unlink(f"{db}-wal")
+        daemon.wait_for("gavel.db-wal was deleted while open", after=before)
+        daemon.wait_for(" kept, ", after=len(daemon.log()))
+        shown = subprocess.run(gqueue, capture_output=True, text=True)
+        assert shown.returncode == 0 and job in shown.stdout, shown.stderr
+        daemon.wait_for(" kept, ", after=len(daemon.log()))
+        daemon.proc.kill()                                    # kill -9: nothing flushed
+        daemon.proc.wait()
+        daemon.out.close()
+        last = int(Path(f"{db}.round").read_text().split()[0])
+        assert rounds_in(db)[-1] == last                      # every committed round is there
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.stop()
+    # an older copy in its place: refused, in one line, by the daemon, gqueue and doctor
+    os.replace(tmp_path / "old.db", db)
+    for side in ("-wal", "-shm"):
+        Path(f"{db}{side}").unlink(missing_ok=True)
+    refused = subprocess.run([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config)],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 4, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "lost state" in lines[0] and f"committed round {last}" in lines[0], lines
+    shown = subprocess.run(gqueue, capture_output=True, text=True)
+    assert shown.returncode != 0 and "lost state" in shown.stderr and "Traceback" not in shown.stderr
+    assert jobs_of(cluster, [job])[job][0] == "RUNNING"
+    # accepted: rounds go on after the last one committed, the running job is kept
+    accepted = subprocess.Popen([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config),
+                                 "--accept-lost-rounds"], stdout=open(tmp_path / "accepted.log", "w"),
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and " kept, " not in (tmp_path / "accepted.log").read_text():
+            assert accepted.poll() is None, (tmp_path / "accepted.log").read_text()
+            time.sleep(0.5)
+        log = (tmp_path / "accepted.log").read_text()
+        assert "accepted (--accept-lost-rounds)" in log, log
+        assert f"round {last + 1}: " in log, log
+        assert f"job {job}: preempted" not in log, log
+        assert jobs_of(cluster, [job])[job][0] == "RUNNING"
+    finally:
+        accepted.send_signal(signal.SIGTERM)
+        accepted.wait(timeout=90)
+    assert accepted.returncode == 0
+
+
+def test_an_older_copy_put_in_place_under_a_running_daemon_stops_it(clean, tmp_path):
+    """The file replaced by a copy that lacks the last rounds: the daemon sees it before
+    the next round, says why in one line and stops (exit 4); the running job is left alone."""
+    from slurm_gavel.cli.backup import backup
+    cluster = clean
+    db = tmp_path / "gavel.db"
+    config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1)
+    daemon = Daemon(config, tmp_path / "daemon.log")
+    try:
+        daemon.wait_for(" kept, ")
+        job = submit(cluster, tmp_path, "convnet", 1, 600)
+        daemon.wait_for(f"job {job}: started")
+        backup(db, tmp_path / "old.db")
+        for _ in range(2):
+            daemon.wait_for(" kept, ", after=len(daemon.log()))
+        before = len(daemon.log())
+        os.replace(tmp_path / "old.db", db)
+        at = daemon.wait_for("lost state", after=before)
+        daemon.proc.wait(timeout=60)
+        assert daemon.proc.returncode == 4, daemon.log()[-3000:]
+        line = daemon.log()[at:].splitlines()[0]
+        assert "but the daemon committed round" in line and "the daemon stops" in line, line
+        assert f"job {job}: preempted" not in daemon.log()[before:]
+        assert "Traceback" not in daemon.log()
+        assert jobs_of(cluster, [job])[job][0] == "RUNNING"
+    finally:
+        daemon.stop()
