@@ -426,6 +426,11 @@ class SlurmCLI:
             part, retry = todo.pop(0)
             try:
                 self.run(command(part))
+            except SlurmUnreachable as e:
+                # the rest is not sent: each call would wait as long, to the same answer
+                e.failed = tuple(i for p, _ in failed for i in p) + tuple(part) + tuple(
+                    i for p, _ in todo for i in p)
+                raise
             except SlurmCommandError as e:
                 if e.returncode is None and retry:
                     half = max(1, len(part) // 2)

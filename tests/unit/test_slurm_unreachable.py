@@ -87,3 +87,14 @@ def test_slurmdbd_unreachable_is_not_called_slurmctld_unreachable(tmp_path):
     assert not isinstance(e.value, SlurmUnreachable), e.value
     with pytest.raises(SlurmUnreachable):
         cli.run(["squeue", "-h"])
+
+
+def test_a_chunked_action_stops_at_an_unreachable_controller_naming_every_job_not_done(tmp_path):
+    tool(tmp_path, "scancel", "scancel: error: Kill job error on job id 1: Unable to contact slurm "
+                              "controller (connect failure)")
+    cli = SlurmCLI(bin_dir=str(tmp_path))
+    cli.chunk = 2
+    with pytest.raises(SlurmUnreachable) as e:
+        cli.signal(["1", "2", "3", "4", "5"], "USR2")
+    assert e.value.failed == ("1", "2", "3", "4", "5")
+    assert cli.calls == 1                 # not one wait per chunk
