@@ -15,9 +15,15 @@
 # venv's base Python read-only at its own, so the host's .venv (torch included) runs inside.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# GAVEL_SLURM24_* are the older names of the same settings.
-SUITE="${GAVEL_SLURM_SUITE:-${GAVEL_SLURM24_SUITE:-trixie}}"
-CHROOT="${GAVEL_SLURM_ROOT:-${GAVEL_SLURM24_ROOT:-/var/tmp/slurm-gavel-$SUITE}}"
+# GAVEL_SLURM24_* are the older names of the trixie root's settings: read only when
+# GAVEL_SLURM_SUITE does not name a suite (so a moved trixie root is never taken for sid).
+if [ -n "${GAVEL_SLURM_SUITE:-}" ]; then
+    SUITE="$GAVEL_SLURM_SUITE"
+    CHROOT="${GAVEL_SLURM_ROOT:-/var/tmp/slurm-gavel-$SUITE}"
+else
+    SUITE="${GAVEL_SLURM24_SUITE:-trixie}"
+    CHROOT="${GAVEL_SLURM_ROOT:-${GAVEL_SLURM24_ROOT:-/var/tmp/slurm-gavel-$SUITE}}"
+fi
 MIRROR="${GAVEL_SLURM_MIRROR:-${GAVEL_SLURM24_MIRROR:-http://deb.debian.org/debian}}"
 LOG="${CHROOT%/}"
 # Slurm and MUNGE (slurmdbd for the cluster with accounting); Lua for job_submit.lua; chattr; the shared libraries the venv's Python and its
