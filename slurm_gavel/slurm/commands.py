@@ -35,12 +35,13 @@ _ADMIN_COMMENT = re.compile(r"^gavel:[ -~]{0,1000}$")   # flags, then the daemon
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
 # Slurm 24.11+ without accounting (AccountingStorageType=none: no associations) answers a
 # change of a pending job's partition with a stale errno, about half of the calls on 24.11
-# and three in four on 26.05 ("Resource temporarily unavailable for job 3", "Interrupted
+# and up to three in four on 26.05 ("Resource temporarily unavailable for job 3", "Interrupted
 # system call ..."): job_mgr.c's _update_job takes the NULL association _retrieve_new_assoc
 # rightly returns as a failure and reports whatever errno holds; with errno 0 the change
-# goes through.  Such a change is tried again for a while (a count of tries is too few at
-# 26.05's rate); Slurm's own (permanent) refusals are not.
-PARTITION_RETRY_SECONDS = 20.0
+# goes through.  Such a change is tried again for a while (12 tries left 4 % of changes
+# refused at 26.05's rate; 10 s, 35 to 45 tries, leave fewer than one in 10,000); Slurm's own
+# (permanent) refusals are not.
+PARTITION_RETRY_SECONDS = 10.0
 # From here on squeue's JSON no longer says --exclusive (26.05.5; 24.11.5 still does) [25.05
 # itself not run here].
 EXCLUSIVE_APART = (25, 5)
