@@ -49,4 +49,18 @@ if [ "$want24" = 1 ]; then
         GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}" || rc=$?
     fi
 fi
+# The third pass: Slurm 26.05 (Debian unstable, a sid root by tools/slurm-chroot.sh), the same
+# tests as the 24.11 pass. GAVEL_SLURM26=0 leaves it out; with arguments it runs only with
+# GAVEL_SLURM26=1. GAVEL_SLURM26_ROOT moves its root (default /var/tmp/slurm-gavel-sid).
+want26="${GAVEL_SLURM26:-$([ $# -gt 0 ] && echo 0 || echo 1)}"
+if [ "$want26" = 1 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "test.sh: the Slurm 26.05 pass needs root (a chroot); left out" >&2
+        [ -n "${CI:-}" ] && rc=1
+    else
+        echo "test.sh: the tests again on Slurm 26.05 (GAVEL_SLURM_SUITE=sid tools/slurm-chroot.sh): pytest ${args[*]}" >&2
+        GAVEL_SLURM_SUITE=sid GAVEL_SLURM_ROOT="${GAVEL_SLURM26_ROOT:-/var/tmp/slurm-gavel-sid}" \
+            GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}" || rc=$?
+    fi
+fi
 exit "$rc"

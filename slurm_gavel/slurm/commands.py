@@ -19,12 +19,13 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..core.errors import GavelError, InputError
 from .records import SACCT_FIELDS
 
 log = logging.getLogger("slurm_gavel.slurm")
+T = TypeVar("T")
 
 _JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")     # 35, or array task 35_2
 _NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")          # partitions, node lists
@@ -35,13 +36,18 @@ _EMPTY = re.compile(r"^$")
 _TIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._+\-]*$")  # sacct's times: now-30days, 2026-12-01T08:00
 _ADMIN_COMMENT = re.compile(r"^gavel:[ -~]{0,1000}$")   # flags, then the daemon's status
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP")
-# Slurm 24.11 without accounting (AccountingStorageType=none: no associations) answers a
-# change of a pending job's partition with a stale errno about half of the time
-# ("Resource temporarily unavailable for job 3", "Interrupted system call ..."):
-# job_mgr.c's _update_job takes the NULL association _retrieve_new_assoc rightly
-# returns as a failure and reports whatever errno holds; with errno 0 the change
-# goes through.  Such a change is retried; Slurm's own (permanent) refusals are not.
-PARTITION_TRIES = 12
+# Slurm 24.11+ without accounting (AccountingStorageType=none: no associations) answers a
+# change of a pending job's partition with a stale errno, about half of the calls on 24.11
+# and up to three in four on 26.05 ("Resource temporarily unavailable for job 3", "Interrupted
+# system call ..."): job_mgr.c's _update_job takes the NULL association _retrieve_new_assoc
+# rightly returns as a failure and reports whatever errno holds; with errno 0 the change
+# goes through.  Such a change is tried again for a while (12 tries left 4 % of changes
+# refused at 26.05's rate; 10 s, 35 to 45 tries, leave fewer than one in 10,000); Slurm's own
+# (permanent) refusals are not.
+PARTITION_RETRY_SECONDS = 10.0
+# From here on squeue's JSON no longer says --exclusive (26.05.5; 24.11.5 still does) [25.05
+# itself not run here].
+EXCLUSIVE_APART = (25, 5)
 SACCT_BATCH = 500                   # job ids per sacct call (one call for a usual poll)
 # Job ids per scancel / scontrol hold, release, requeuehold call.  Slurm acts on a list
 # one RPC per job (sdiag on 22.05: `scontrol update jobid=1,2` counts two
@@ -64,6 +70,25 @@ _PERMANENT = re.compile(r"invalid|denied|not pending|no longer pending|already (
 def transient_update_error(stderr: str) -> bool:
     """A failed `scontrol update ... partition=` that may succeed when simply tried again."""
     return bool(stderr.strip()) and not _PERMANENT.search(stderr)
+
+
+def retry_partition_change(call: Callable[[], T], seconds: float = PARTITION_RETRY_SECONDS) -> T:
+    """`call()` (a partition change: it raises SlurmCommandError when refused), tried again
+    while Slurm's refusal is a transient one (transient_update_error) and `seconds` have not
+    passed, with short growing pauses.  A retry is harmless: a job already in the target
+    partition skips the association check."""
+    deadline = time.monotonic() + seconds
+    pause, tries = 0.02, 1
+    while True:
+        try:
+            return call()
+        except SlurmCommandError as e:
+            if (e.returncode is None or isinstance(e, SlurmUnreachable)
+                    or not transient_update_error(e.stderr) or time.monotonic() + pause > deadline):
+                raise
+            log.debug("%s: %s; trying again (try %d)", " ".join(e.command), e.stderr, tries)
+        time.sleep(pause)
+        pause, tries = min(0.25, pause * 1.5), tries + 1
 
 
 class SlurmCommandError(GavelError):
@@ -155,6 +180,20 @@ def name(value: str, what: str) -> str:
     return value
 
 
+def json_version(data: dict) -> tuple[int, ...]:
+    """The Slurm version a `--json` answer names in its meta (22.05: `Slurm`, 23.02+:
+    `slurm`; numbers or strings); () if none."""
+    meta = data.get("meta") if isinstance(data, dict) else None
+    slurm = (meta.get("slurm") or meta.get("Slurm")) if isinstance(meta, dict) else None
+    version = slurm.get("version") if isinstance(slurm, dict) else None
+    if not isinstance(version, dict):
+        return ()
+    try:
+        return tuple(int(version[k]) for k in ("major", "minor", "micro"))
+    except (KeyError, TypeError, ValueError):
+        return ()
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     """'slurm 22.05.8' (sinfo --version, scontrol's SLURM_VERSION) -> (22, 5, 8); () if none."""
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
@@ -167,7 +206,8 @@ def reshape_fields(partition: str, nodes: Sequence[str], gpus_per_node: int,
     k, per = len(nodes), int(gpus_per_node)
     if k < 1 or per < 1:
         raise InputError("reshape", f"needs nodes and GPUs per node, not {k} x {per}")
-    tasks = {"TasksPerNode": str(int(tasks_per_node))} if tasks_per_node else {}
+    tasks = ({"TasksPerNode": str(int(tasks_per_node)), "NumTasks": str(k * int(tasks_per_node))}
+             if tasks_per_node else {})
     return dict(Partition=partition, NumNodes=f"{k}-{k}", NodeList=",".join(nodes),
                 Gres=f"gpu:{per}", **tasks, StartTime="now", **extra)
 
@@ -186,6 +226,7 @@ class SlurmCLI:
     commands: Counter = field(default_factory=Counter, repr=False)
     _nodes_command: list | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _version: tuple | None = field(default=None, repr=False)
 
     def _exe(self, tool: str) -> str:
         return os.path.join(self.bin_dir, tool) if self.bin_dir else tool
@@ -240,8 +281,46 @@ class SlurmCLI:
 
     # -- reading ------------------------------------------------------------------
     def squeue(self) -> dict:
-        """Every job Slurm still lists, one call (pending, running, recently finished)."""
-        return self.json(["squeue", "--all", "--states=all", "--json"])
+        """Every job Slurm still lists, one call (pending, running, recently finished).  From
+        25.05 on the JSON's `shared` no longer says `--exclusive` (26.05.5: `[]` for every
+        job); there a second, plain-text call adds each job's `exclusive` (True for a whole
+        node, as 22.05's `"shared": "none"` and 24.11's `["none"]` read)."""
+        data = self.json(["squeue", "--all", "--states=all", "--json"])
+        if json_version(data) >= EXCLUSIVE_APART:
+            exclusive = self.exclusive_jobs()
+            for job in data.get("jobs") or []:
+                if isinstance(job, dict) and str(job.get("job_id")) in exclusive:
+                    job["exclusive"] = exclusive[str(job.get("job_id"))]
+        return data
+
+    def exclusive_jobs(self) -> dict[str, bool]:
+        """job id -> whether it holds its nodes alone (`squeue -O JobID,Exclusive`, 25.05+:
+        NODE for --exclusive; NO, USER, MCS, TOPO otherwise)."""
+        out = self.run(["squeue", "--all", "--states=all", "--noheader",
+                        "--Format=JobID:|,Exclusive:|"]).stdout
+        found = {}
+        for line in out.splitlines():
+            job, sep, rest = line.partition("|")
+            if sep and _JOB_ID.match(job.strip()):
+                found[job.strip()] = rest.split("|")[0].strip().upper() == "NODE"
+        return found
+
+    def job_states(self) -> dict[str, str]:
+        """job id -> base state (PENDING, RUNNING, ...) of every listed job: the cheap look
+        between rounds.  23.11+: `squeue --only-job-state`, which asks slurmctld for the
+        states alone (9 ms against 50 ms for the full `--json` on a busy cluster)."""
+        if self._version is None:
+            self._version = self.version()
+        # --only-job-state takes no --all (nor most other options)
+        args = (["squeue", "--only-job-state", "--states=all", "--noheader", "--format=%i %T"]
+                if self._version >= (23, 11) else
+                ["squeue", "--all", "--states=all", "--noheader", "--format=%i %T"])
+        states = {}
+        for line in self.run(args).stdout.splitlines():
+            job, _, state = line.strip().partition(" ")
+            if _JOB_ID.match(job) and state:
+                states[job] = state.strip()
+        return states
 
     def nodes(self) -> dict:
         """Every node with its state, partitions and GRES: {"nodes": [...]}.
@@ -363,17 +442,10 @@ class SlurmCLI:
                 continue
             pairs.append(f"{key}={name(str(value), key)}")
         args = ["scontrol", "update", f"jobid={','.join(ids)}", *pairs]
-        tries = PARTITION_TRIES if any(k.lower() == "partition" for k in fields) else 1
-        for attempt in range(1, tries + 1):
-            try:
-                self.run(args)
-                return
-            except SlurmCommandError as e:
-                if (attempt == tries or e.returncode is None or isinstance(e, SlurmUnreachable)
-                        or not transient_update_error(e.stderr)):
-                    raise
-                log.debug("%s: %s; trying again (%d/%d)", " ".join(args), e.stderr, attempt, tries)
-                time.sleep(0.05 * attempt)
+        if any(k.lower() == "partition" for k in fields):
+            retry_partition_change(lambda: self.run(args))
+        else:
+            self.run(args)
 
     def reshape(self, job: str, partition: str, nodes: Sequence[str], gpus_per_node: int,
                 tasks_per_node: int | None = None, **extra: str) -> None:
@@ -384,7 +456,9 @@ class SlurmCLI:
         StartTime=now: a requeued job would otherwise wait ~121 s.  `tasks_per_node`
         (a --ntasks-per-gpu job: GPUs per node x tasks per GPU) as TasksPerNode=: 24.11
         otherwise runs it with one task per node after a change of NumNodes (srun: "More
-        processors requested than permitted"; verified), 22.05 takes it as well.  `extra`:
+        processors requested than permitted"; verified), and NumTasks= (nodes x tasks per
+        node) beside it: 26.05 keeps the old task count otherwise (1 task per node, or
+        "setting num_tasks to 1" and BadConstraints); 22.05 and 24.11 take both.  `extra`:
         more fields for the same call (AdminComment without the daemon's hold status)."""
         self.update([job], **reshape_fields(partition, nodes, gpus_per_node, tasks_per_node, **extra))
 
@@ -499,6 +573,6 @@ class Backoff:
         self.next_try = 0.0
 
 
-__all__ = ["Backoff", "CHUNK_IDS", "PARTITION_TRIES", "UPDATE_WORKERS", "reshape_fields", "SIGNALS", "SlurmCLI",
-           "SlurmCommandError", "SlurmUnreachable", "controller_down", "job_ids", "name",
-           "transient_update_error", "unreachable"]
+__all__ = ["Backoff", "CHUNK_IDS", "PARTITION_RETRY_SECONDS", "UPDATE_WORKERS", "reshape_fields", "SIGNALS",
+           "SlurmCLI", "SlurmCommandError", "SlurmUnreachable", "controller_down", "job_ids",
+           "json_version", "name", "retry_partition_change", "transient_update_error", "unreachable"]

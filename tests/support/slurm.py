@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 
 import pytest
 
-from slurm_gavel.slurm.commands import PARTITION_TRIES, transient_update_error
+from slurm_gavel.slurm.commands import SlurmCommandError, retry_partition_change
 from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua, node_list, pick_ports,
                                           unavailable_reason, accounting_unavailable_reason)
 
 
 def move_job(run, job, partition, **kw):
     """`scontrol update jobid=JOB partition=P` through `run(args, check=False, **kw)`,
-    retried like SlurmCLI.update: Slurm 24.11 without accounting refuses it at random
-    with a stale errno (see slurm_gavel.slurm.commands.PARTITION_TRIES)."""
+    retried like SlurmCLI.update: Slurm 24.11+ without accounting refuses it at random
+    with a stale errno (see slurm_gavel.slurm.commands.retry_partition_change)."""
     args = ["scontrol", "update", f"jobid={job}", f"partition={partition}"]
-    for attempt in range(PARTITION_TRIES):
+
+    def once():
         result = run(args, check=False, **kw)
-        if result.returncode == 0 or not transient_update_error(result.stderr or ""):
-            break
-        time.sleep(0.05 * (attempt + 1))
-    assert result.returncode == 0, f"{' '.join(args)}: {result.stderr}"
-    return result
+        if result.returncode != 0:
+            raise SlurmCommandError(args, result.returncode, result.stderr or "")
+        return result
+    try:
+        return retry_partition_change(once)
+    except SlurmCommandError as e:
+        raise AssertionError(f"{' '.join(args)}: {e.stderr}") from None
 
 
 def in_ci() -> bool:
