@@ -68,7 +68,8 @@ EXIT_STORAGE = 75
 # Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
                 "syslog_facility", "syslog_address",
-                "partitions", "gpu_types")         # the backend's GPU types (gputypes.TypeMap)
+                "partitions", "gpu_types",         # the backend's GPU types (gputypes.TypeMap)
+                "share_by")                        # the backend's entities of the jobs it knows
 
 
 class TickingClock(WallClock):
@@ -129,7 +130,9 @@ class Daemon:
                                     # reconciled with Slurm on the first poll (a restart)
                                     active_jobs=[j["id"] for j in self.store.jobs()],
                                     # multi-GPU pairs' replaced requests (slurm/backend/pairs/multi.py)
-                                    requests=StoredRequests(self.store))
+                                    requests=StoredRequests(self.store),
+                                    # the entity gqueue shows: the one the policy shares by
+                                    share_by=config.share_by)
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,
             # progress arrives every tick; one sample (and one exploration round) per round
@@ -146,7 +149,8 @@ class Daemon:
                              restart_seconds=config.restart_seconds,
                              move_hysteresis=config.move_hysteresis_rounds,
                              # read once now: a restart with the same shares is no reset event
-                             entity_weights=self.fairshare.refresh() if self.fairshare else config.entities)
+                             entity_weights=self.fairshare.refresh() if self.fairshare else config.entities,
+                             share_by=config.share_by)
         self._resume()
         if starts > 1:
             self.metrics.restarts.inc(starts - 1)
