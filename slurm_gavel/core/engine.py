@@ -564,11 +564,15 @@ class Engine:
         self._observe(self.clock.now())
 
     def explain(self) -> dict[str, dict]:
-        """For each active job of the last round: where it runs, its best priority, why it waits.
+        """For each active job of the last round: where it runs, its priority, why it waits.
 
+        The priority is the one the next round picks by (`round_priorities`: the
+        time owed from before the last reset, the running jobs' lease, the
+        others' restart cost): a running job's on the type it runs on (what a
+        waiting job must beat to take its GPUs), a waiting job's best.
         For people (`slurm-gavel queue`); the simulator never asks.
         """
-        from .mechanism import allocation_rows, priorities
+        from .mechanism import allocation_rows, round_priorities
 
         out: dict[str, dict] = {}
         if self.last_plan is None:
@@ -580,10 +584,15 @@ class Engine:
         alloc = self.allocation
         if alloc is not None and alloc.job_ids:
             rows, x = allocation_rows(alloc)
-            prio = priorities(x, self.ledger.since_reset(rows) + self.churn.seed_seconds).max(axis=1)
+            prio = round_priorities(alloc, self.ledger, self.last_plan.assignments, self.churn)
+            column = type_columns(alloc.worker_types)
+            on = {a.jobs: column.get(a.worker_type) for a in self.last_plan.assignments}
             for row, p, total in zip(rows, prio, x.sum(axis=1)):
+                t = on.get(row)
+                value = float(p.max()) if t is None else float(p[t])
                 for job in row:
-                    best[job] = max(best.get(job, 0.0), float(p))
+                    if t is not None or job not in placed:
+                        best[job] = max(best.get(job, 0.0), value)
                     share[job] = share.get(job, 0.0) + float(total)
         interim = set(alloc.info.get("interim_rows", ())) if alloc is not None and alloc.info else set()
         pending = bool(self.allocator.pending)
