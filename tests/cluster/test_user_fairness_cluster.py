@@ -1,0 +1,82 @@
+"""Fairness between users on the real local cluster, with the daemon's default settings: a
+user's 30-task array beside two other users with 3 jobs each.  The cluster is shared between
+users first, then among each user's jobs, so the two small users' jobs run from the first
+rounds on (per-job LAS, the old default, gave the array 30 of 36 shares and started its
+tasks first); gqueue/explain say where a share came from."""
+from __future__ import annotations
+
+import json
+import time
+
+from tests.support.daemon import start_daemon, stop_daemon, submit, write_config
+from tests.support.jobs import Jobs, restore_modes
+
+from slurm_gavel.cli.explain import text
+from slurm_gavel.daemon.store import SqliteStore
+from slurm_gavel.daemon.views import explain, rows
+
+SMALL_USERS = ("nobody", "daemon")
+ALL_STATES = ("active", "completed", "failed", "cancelled", "node_fail", "timeout", "preempted", "lost")
+
+
+def running_per_user(cluster) -> dict[str, int]:
+    out = cluster.run(["squeue", "-h", "-t", "RUNNING", "-o", "%u"]).stdout
+    counts: dict[str, int] = {}
+    for line in out.split():
+        counts[line] = counts.get(line, 0) + 1
+    return counts
+
+
+def test_a_users_array_does_not_take_the_cluster_from_two_users_with_three_jobs(clean, tmp_path):
+    cluster = clean
+    # the default policy and entities: nothing about them in the file
+    config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1)
+    assert "policy" not in config.read_text() and "share_by" not in config.read_text()
+    array = submit(cluster, tmp_path, "convnet", 2, 600, extra=["--array=0-29"])
+    jobs = Jobs(cluster)
+    mine = {user: [jobs.sbatch("--gres=gpu:2", "--comment=gavel model=convnet", user=user,
+                               script="sleep 600").stdout.strip().split(";")[0] for _ in range(3)]
+            for user in SMALL_USERS}
+    daemon = start_daemon(config)
+    samples = []
+    try:
+        # 24 GPUs: a quarter each would be 6; each small user has 3 two-GPU jobs (6 GPUs), the
+        # array's user the other 12.  Sample what Slurm runs over the first rounds.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(samples) < 20:
+            counts = running_per_user(cluster)
+            if counts:
+                samples.append(counts)
+            time.sleep(2)
+        store = SqliteStore(tmp_path / "gavel.db", readonly=True)
+        try:
+            meta, shares = store.latest_allocation()
+            records = {j["id"]: j for j in store.jobs(ALL_STATES)}
+            shown = text(explain(store, mine["nobody"][0]))
+            data, _ = rows(store)
+        finally:
+            store.close()
+    finally:
+        code, log = stop_daemon(daemon)
+        jobs.cancel_all()
+        cluster.run(["scancel", array], check=False)
+        restore_modes()
+    assert code == 0, log[-3000:]
+    assert meta["policy"] == "hierarchical", log[-3000:]
+    gpus = {}
+    for job, share in shares.items():
+        user = records[job]["user"]
+        gpus[user] = gpus.get(user, 0.0) + sum(share.values()) * records[job]["scale_factor"]
+    # the LP: each small user everything it can use (6 GPUs), the array's user the rest
+    assert set(gpus) == {"root", *SMALL_USERS}, (gpus, samples)
+    assert abs(gpus["nobody"] - 6) < 0.05 and abs(gpus["daemon"] - 6) < 0.05, gpus
+    assert abs(gpus["root"] - 12) < 0.05, gpus
+    # the rounds: the small users' jobs all run, from the first samples on
+    full = [s for s in samples if all(s.get(u, 0) == 3 for u in SMALL_USERS)]
+    assert len(full) >= 0.7 * len(samples), samples
+    # where the share came from
+    assert "share: user nobody's share 1/4 (6 of 24 GPUs, 3 users sharing first), split over 3 jobs" \
+        in shown, shown
+    levels = {r["jobid"]: r["level"] for r in data}
+    assert levels[mine["daemon"][0]] == "user:daemon=1/4,3jobs", levels
+    assert json.dumps(levels)
