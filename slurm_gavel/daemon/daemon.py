@@ -159,8 +159,12 @@ class Daemon:
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
         self._check_space_sharing(config)
-        log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
-                 config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
+        log.info("slurm-gavel daemon: policy %s%s%s, rounds of %.0f s, partitions %s, database %s%s",
+                 config.policy, " (agnostic)" if config.agnostic else "",
+                 (" between users first, then among each user's jobs" if config.share_by == "user"
+                  else " between entities (entity= flag, else account)")
+                 if resolve(config.policy).policy == "hierarchical" else " (per job, whatever its user)",
+                 config.round_seconds,
                  ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
                  " [DRY RUN: nothing is changed in Slurm]" if dry_run else "")
 
