@@ -5,7 +5,7 @@ rounds on (per-job LAS, the old default, gave the array 30 of 36 shares and star
 tasks first); gqueue/explain say where a share came from."""
 from __future__ import annotations
 
-import json
+import re
 import shutil
 import tempfile
 import time
@@ -30,6 +30,21 @@ def running_per_user(cluster) -> dict[str, int]:
     return counts
 
 
+def gpu_seconds(path: Path) -> dict[str, float]:
+    """user -> GPU-seconds its jobs received so far (the daemon's record of what Slurm ran)."""
+    store = SqliteStore(path, readonly=True)
+    try:
+        users = {j["id"]: (j["user"], j["scale_factor"]) for j in store.jobs(ALL_STATES)}
+        out: dict[str, float] = {}
+        for job, per_type in store.job_time().items():
+            if job in users:
+                user, gpus = users[job]
+                out[user] = out.get(user, 0.0) + sum(per_type.values()) * gpus
+        return out
+    finally:
+        store.close()
+
+
 def submit_as(jobs, user: str, shared: Path) -> str:
     """A preemptible 2-GPU job of `user` (the daemon's test job: checkpoints on USR2 and is
     requeued), its files in `shared`, which every user may write."""
@@ -44,7 +59,10 @@ def submit_as(jobs, user: str, shared: Path) -> str:
 def test_a_users_array_does_not_take_the_cluster_from_two_users_with_three_jobs(clean, tmp_path):
     cluster = clean
     # the default policy and entities: nothing about them in the file
-    config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1)
+    # and the daemon's default churn (a running job keeps its GPUs 2 rounds, moves of its own
+    # accord only 5 rounds behind), which the other cluster tests turn off
+    config = write_config(tmp_path, cluster, round_seconds=8, tick_seconds=1, hysteresis_rounds=2.0,
+                          move_hysteresis_rounds=5.0, restart_seconds=18.0)
     assert "policy" not in config.read_text() and "share_by" not in config.read_text()
     array = submit(cluster, tmp_path, "convnet", 2, 600, extra=["--array=0-29"])
     jobs = Jobs(cluster)
@@ -60,16 +78,21 @@ def test_a_users_array_does_not_take_the_cluster_from_two_users_with_three_jobs(
         shutil.rmtree(shared, ignore_errors=True)
         raise
     daemon = start_daemon(config)
-    samples = []
+    samples, before = [], None
     try:
         # 24 GPUs: a quarter each would be 6; each small user has 3 two-GPU jobs (6 GPUs), the
-        # array's user the other 12.  Sample what Slurm runs over the first rounds.
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and len(samples) < 32:
+        # array's user the other 12.  Sample what Slurm runs over the first rounds; the GPU
+        # time each user got is read half way through (once the first moves are done) and at
+        # the end.
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(samples) < 36:
             counts = running_per_user(cluster)
             if counts:
                 samples.append(counts)
+            if len(samples) == 12 and before is None:
+                before = gpu_seconds(tmp_path / "gavel.db")
             time.sleep(2)
+        after = gpu_seconds(tmp_path / "gavel.db")
         store = SqliteStore(tmp_path / "gavel.db", readonly=True)
         try:
             meta, shares = store.latest_allocation()
@@ -90,18 +113,19 @@ def test_a_users_array_does_not_take_the_cluster_from_two_users_with_three_jobs(
     for job, share in shares.items():
         user = records[job]["user"]
         gpus[user] = gpus.get(user, 0.0) + sum(share.values()) * records[job]["scale_factor"]
-    # the LP: each small user everything it can use (6 GPUs), the array's user the rest
+    # the LP: users share first.  Equal normalized throughput, not equal GPUs, on three GPU
+    # types whose speeds the jobs' own reports change: each small user about its 6 GPUs
+    # (all its jobs can use), the array's user about the other 12 (per-job LAS: 2 and 20)
     assert set(gpus) == {"root", *SMALL_USERS}, (gpus, samples, log[-4000:])
-    assert abs(gpus["nobody"] - 6) < 0.05 and abs(gpus["daemon"] - 6) < 0.05, gpus
-    assert abs(gpus["root"] - 12) < 0.05, gpus
-    # the rounds: once the first solve is in force and the first moves are done (a few rounds
-    # on a loaded machine), the small users' jobs all run, and the array's user runs 6 of 30
-    late = samples[-12:]
-    full = [s for s in late if all(s.get(u, 0) == 3 for u in SMALL_USERS) and s.get("root", 0) <= 6]
-    assert len(full) >= 10, samples
+    assert all(gpus[u] > 4.5 for u in SMALL_USERS) and gpus["root"] < 15, gpus
+    # the rounds: over the second half of the run each small user had about its quarter of
+    # the GPU time (moves between types cost some); per-job LAS gives it 3 of 36 equal shares
+    got = {u: after.get(u, 0.0) - (before or {}).get(u, 0.0) for u in after}
+    total = sum(got.values())
+    assert total > 0 and all(got.get(u, 0.0) / total > 0.18 for u in SMALL_USERS), \
+        (got, "\n".join(map(str, samples)))
     # where the share came from
-    assert "share: user nobody's share 1/4 (6 of 24 GPUs, 3 users sharing first), split over 3 jobs" \
-        in shown, shown
+    assert re.search(r"share: user nobody's share \S+ \([\d.]+ of 24 GPUs, 3 users sharing first\), "
+                     r"split over 3 jobs", shown), shown
     levels = {r["jobid"]: r["level"] for r in data}
-    assert levels[mine["daemon"][0]] == "user:daemon=1/4,3jobs", levels
-    assert json.dumps(levels)
+    assert re.fullmatch(r"user:daemon=\S+,3jobs", levels[mine["daemon"][0]]), levels
