@@ -106,3 +106,12 @@ def test_explain_compares_with_the_running_job_it_would_displace(tmp_path):
     e = explain(store, "5")          # 0.25 is above job 1's 0.2, the lowest running
     assert e["needs"].startswith("v100: nothing more; its priority 0.25 is above 0.2 (the lowest "
                                  "of the jobs running there)")
+
+
+def test_gqueue_level_column(tmp_path, capsys):
+    from slurm_gavel.cli.queue import main as gqueue
+    _store(tmp_path, "hierarchical", lambda u: u).close()
+    assert gqueue(["--db", str(tmp_path / "gavel.db"), "-o", "jobid,user,level"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0] == ["JOBID", "USER", "LEVEL"]
+    assert ["1", "alice", "user:alice=1/3,4jobs"] in lines and ["6", "carol", "user:carol=1/6,1job"] in lines
