@@ -233,6 +233,10 @@ class Daemon:
         return ThroughputTable.from_gavel_json(config.throughputs) if config.throughputs else None
 
     def _allocator(self, config):
+        if resolve(config.policy).policy == "hierarchical":
+            # its LPs go through cvxpy, imported on first use (policies/lazy.py): a second or
+            # more that the first solve, and the newcomers waiting on it, would otherwise pay
+            import cvxpy  # noqa: F401
         policy = TimedPolicy(make_policy(config.policy, agnostic=config.agnostic,
                                          space_sharing=config.space_sharing), self.metrics.solve_duration)
         return Background(policy, on_error=lambda f: log.error("policy solve failed (the previous "
