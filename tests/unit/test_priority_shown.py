@@ -22,7 +22,7 @@ from slurm_gavel.policies import make_policy
 from slurm_gavel.sim.simulator import SimulatedCluster
 
 from tests.support.engine import job, small_table
-from tests.unit.test_user_fairness import Users, owners
+from tests.support.users import Users, owners
 
 
 def test_no_waiting_job_is_shown_above_a_job_the_mechanism_keeps_running():
