@@ -6,7 +6,9 @@ or where the estimate comes from: a guess is said to be one); its steps, estimat
 and preemptions; its state, priority and why
 it waits; and what it would need to run next round: a free GPU of a type it has a share
 on, or a priority above the lowest of the jobs running on such a type (priorities are
-share / time received since the last reset, so a waiting job's rises every round).
+the ones the next round picks by: share / time received since the last reset, less what
+was owed before it, a running job's lease counted; a waiting job's rises every round);
+and where its share came from (its user's share split over the user's jobs, or its own).
 Strings pass through `core.display.clean`; `--json` is strict JSON.
 """
 from __future__ import annotations
@@ -35,6 +37,8 @@ def text(e: dict) -> str:
              f"{'s' if e['gpus'] != 1 else ''}): {e['state']}"
              + (f" on {e['worker_type']}" if e["worker_type"] and e["state"] == "R" else ""),
              f"  priority {number(e['priority'])}" + (f"; {e['reason']}" if e["reason"] else "")]
+    if e.get("share_from"):
+        lines.append(f"  share: {e['share_from']}")
     if e.get("may_run_on"):
         lines.append(f"  may run on {', '.join(e['may_run_on'])} only")
     if e.get("steps_done") is not None:

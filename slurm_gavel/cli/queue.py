@@ -33,6 +33,7 @@ COLUMNS = {
     "throughput": "STEPS/S", "estimate": "ESTIMATE",
     "types": "TYPES",      # the GPU types it may run on (types=, sbatch -p, what fits it)
     "finish": "FINISH",    # estimated time to its last step at its shares; ~ a guess in it
+    "level": "LEVEL",      # where its share came from: its user's share split over their jobs
 }
 KIND_MARK = {"measured": "", "learned": "~", "hint": "h", "reference": "r", "fingerprint": "f",
              "explore": "?", "mean": "?", "default": "?"}

@@ -42,6 +42,8 @@ import numpy as np
 
 from .backend import JobState, Observation, pair_gpu_limit
 from .clock import Clock
+from .entities import ENTITY, SHARE_BY, entity_of
+from .entities import entity_weights as entity_weights_of
 from .interfaces import Allocator, Backend, Store, ThroughputSource
 from .ledger import Churn, Ledger
 from .mechanism import only_types, plan_round, row_index, type_columns
@@ -111,7 +113,8 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
                        prices: Mapping[str, float] | None = None,
                        gpus_per_node: np.ndarray | None = None,
                        weight_limits: WeightLimits | None = None,
-                       entity_weights: Mapping[str, float] | None = None) -> PolicyInput:
+                       entity_weights: Mapping[str, float] | None = None,
+                       share_by: str = ENTITY) -> PolicyInput:
     """The policy's view of the active jobs at `now` (throughputs looked up for `jobs`).
 
     With `weight_limits` the jobs' weights are capped, clamped and normalized
@@ -119,7 +122,8 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
     `entity_weights` (entity -> weight, 1 for an entity not named) are the
     hierarchical policy's; those of the jobs' entities are divided by their
     median (the allocation does not depend on their common scale; the solver's
-    accuracy does).
+    accuracy does).  `share_by` says what an entity is (core/entities.py):
+    each job's `entity`, or its user (weights then name accounts).
     """
     t = throughputs
     weights = (np.array([j.weight for j in jobs], dtype=float) if weight_limits is None
@@ -131,13 +135,13 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
         scale_factors=np.array([j.scale_factor for j in jobs], dtype=np.int64),
         weights=weights,
         prices=np.array([prices.get(wt, np.nan) for wt in worker_types], dtype=float),
-        entities=tuple(j.entity for j in jobs),
+        entities=tuple(entity_of(j, share_by) for j in jobs),
         steps_remaining=np.array([j.total_steps - steps_done.get(j.id, 0.0) for j in jobs], dtype=float),
         time_since_arrival=np.array([max(0.0, now - j.arrival_time) for j in jobs], dtype=float),
         slo=np.array([np.nan if j.slo is None else j.slo for j in jobs], dtype=float),
         unconsolidated_throughputs=t.unconsolidated, gpus_per_node=gpus_per_node,
         pair_jobs=t.pair_jobs, pair_throughputs=t.pair_throughputs,
-        entity_weights=_entity_weights(jobs, entity_weights))
+        entity_weights=entity_weights_of(jobs, entity_weights, share_by))
 
 
 def runnable_pairs(jobs: Sequence[JobState], table: JobThroughputs,
@@ -154,15 +158,6 @@ def runnable_pairs(jobs: Sequence[JobState], table: JobThroughputs,
     if keep.all():
         return table
     return replace(table, pair_jobs=table.pair_jobs[keep], pair_throughputs=table.pair_throughputs[keep])
-
-
-def _entity_weights(jobs: Sequence[JobState], weights: Mapping[str, float] | None) -> dict[str, float]:
-    """The weights of the jobs' entities, normalized by their median ({} when none are set)."""
-    if not weights:
-        return {}
-    present = {j.entity: float(weights.get(j.entity, 1.0)) for j in jobs}
-    middle = float(np.median(list(present.values()))) if present else 1.0
-    return {e: w / middle for e, w in present.items()}
 
 
 def _idle_servers(servers: Sequence[Server], running: Sequence) -> tuple[Server, ...]:
@@ -218,7 +213,7 @@ class Engine:
                  restart_seconds: float = DEFAULT_RESTART_SECONDS,
                  move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
                  max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
-                 entity_weights: Mapping[str, float] | None = None):
+                 entity_weights: Mapping[str, float] | None = None, share_by: str = ENTITY):
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         # how much the mechanism prefers a renewed lease to a move (raises ValueError when negative)
@@ -247,6 +242,9 @@ class Engine:
         # The hierarchical policy's entity weights (entity -> weight); a change is a reset event
         self.entity_weights: dict[str, float] = dict(entity_weights or {})
         self._entity_weights_solved: dict[str, float] = dict(self.entity_weights)
+        if share_by not in SHARE_BY:
+            raise ValueError(f"share_by must be one of {', '.join(SHARE_BY)}, got {share_by!r}")
+        self.share_by = share_by        # what an entity is: a job's entity, or its user
         self._weights_noted: set[str] = set()
         self._last_reset = -np.inf
         self.worker_types = tuple(backend.worker_types)
@@ -578,11 +576,15 @@ class Engine:
         self._observe(self.clock.now())
 
     def explain(self) -> dict[str, dict]:
-        """For each active job of the last round: where it runs, its best priority, why it waits.
+        """For each active job of the last round: where it runs, its priority, why it waits.
 
+        The priority is the one the next round picks by (`round_priorities`: the
+        time owed from before the last reset, the running jobs' lease, the
+        others' restart cost): a running job's on the type it runs on (what a
+        waiting job must beat to take its GPUs), a waiting job's best.
         For people (`slurm-gavel queue`); the simulator never asks.
         """
-        from .mechanism import allocation_rows, priorities
+        from .mechanism import allocation_rows, round_priorities
 
         out: dict[str, dict] = {}
         if self.last_plan is None:
@@ -594,10 +596,15 @@ class Engine:
         alloc = self.allocation
         if alloc is not None and alloc.job_ids:
             rows, x = allocation_rows(alloc)
-            prio = priorities(x, self.ledger.since_reset(rows) + self.churn.seed_seconds).max(axis=1)
+            prio = round_priorities(alloc, self.ledger, self.last_plan.assignments, self.churn)
+            column = type_columns(alloc.worker_types)
+            on = {a.jobs: column.get(a.worker_type) for a in self.last_plan.assignments}
             for row, p, total in zip(rows, prio, x.sum(axis=1)):
+                t = on.get(row)
+                value = float(p.max()) if t is None else float(p[t])
                 for job in row:
-                    best[job] = max(best.get(job, 0.0), float(p))
+                    if t is not None or job not in placed:
+                        best[job] = max(best.get(job, 0.0), value)
                     share[job] = share.get(job, 0.0) + float(total)
         interim = set(alloc.info.get("interim_rows", ())) if alloc is not None and alloc.info else set()
         pending = bool(self.allocator.pending)
@@ -659,7 +666,8 @@ class Engine:
         if self.weight_limits is not None:
             self._note_weights(jobs)
         return build_policy_input(jobs, obs.steps_done, table, self.worker_types, counts, now,
-                                  self.prices, per_node, self.weight_limits, self.entity_weights)
+                                  self.prices, per_node, self.weight_limits, self.entity_weights,
+                                  self.share_by)
 
     def _note_weights(self, jobs: Sequence[JobState]) -> None:
         """Log once per job whose weight the limits changed (the admin may wonder)."""

@@ -392,6 +392,34 @@ def _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers) -
     return tuple([assignments[r] for r in order])
 
 
+def _round_priorities(rows, x, ledger: Ledger, churn: Churn, staying_rows, staying_types) -> np.ndarray:
+    """(R, k) the priorities a round picks by: X over the time received since the reset less
+    what was owed at it, shifted by `churn` for the rows running now (index arrays)."""
+    if not (x > 0).any():   # no share anywhere (newcomers mid-round): all 0, whatever was received
+        return np.zeros(x.shape)
+    received = ledger.since_reset(rows)
+    owed = ledger.owed(rows)
+    if owed is not None:
+        received -= owed          # what a row was owed before the reset counts as not received
+    if churn is not PLAIN:
+        received = churn._shifted(received, staying_rows, staying_types)
+    return priorities(x, received)
+
+
+def round_priorities(allocation: Allocation, ledger: Ledger, running: Sequence[Assignment],
+                     churn: Churn = PLAIN) -> np.ndarray:
+    """(R, k) the priorities `plan_round` would pick the allocation's rows by now, with
+    `running` the assignments that run (their lease credit; the others' restart cost): what
+    people are shown, so that a comparison they read is the one the mechanism makes."""
+    rows, x = allocation.rows, allocation.x_rows
+    column, index = type_columns(allocation.worker_types), row_index(rows)
+    staying = [(index[a.jobs], column[a.worker_type]) for a in running
+               if a.jobs in index and a.worker_type in column]
+    r = np.array([rt[0] for rt in staying], dtype=np.int64) if staying else None
+    t = np.array([rt[1] for rt in staying], dtype=np.int64) if staying else None
+    return _round_priorities(rows, x, ledger, churn, r, t)
+
+
 def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Sequence[Server],
                scale_factors: Mapping[str, int],
                previous: Sequence[Assignment] = (),
@@ -430,16 +458,7 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         staying_rows = np.array([rt[0] for rt in staying], dtype=np.int64)
         staying_types = np.array([rt[1] for rt in staying], dtype=np.int64)
         running_on[staying_rows] = staying_types
-    if (x > 0).any():
-        received = ledger.since_reset(rows)
-        owed = ledger.owed(rows)
-        if owed is not None:
-            received -= owed          # what a row was owed before the reset counts as not received
-        if churn is not PLAIN:
-            received = churn._shifted(received, staying_rows, staying_types)
-        prio = priorities(x, received)
-    else:       # no share anywhere (newcomers mid-round): every priority is 0, whatever was received
-        prio = np.zeros(x.shape)
+    prio = _round_priorities(rows, x, ledger, churn, staying_rows, staying_types)
     if placements:
         if usable is not None:
             usable = usable.copy()
@@ -521,6 +540,7 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt, filling)
 
 
-__all__ = ["allocation_rows", "fill", "only_types", "place", "plan_round", "priorities", "row_index", "select",
+__all__ = ["allocation_rows", "fill", "only_types", "place", "plan_round", "priorities", "round_priorities",
+           "row_index", "select",
            "type_columns"]
 

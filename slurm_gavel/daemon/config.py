@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS,
                            MEASURED_RESTART_SECONDS)
+from ..core.entities import SHARE_BY
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
@@ -36,7 +37,10 @@ MAX_PAIR_GPUS = 64                   # GPUs of one node, at most (a pair shares 
 
 @dataclass(frozen=True)
 class Config:
-    policy: str = "max_min_fairness"
+    # Between users first, then among each user's jobs (the hierarchical policy with users as
+    # entities, share_by below): a user with a 300-task array gets what a user with 3 jobs
+    # gets.  "max_min_fairness" is Gavel's per-job LAS, where every job is its own share.
+    policy: str = "hierarchical"
     agnostic: bool = False
     space_sharing: bool = False
     # the largest jobs paired (GPUs each): 1, or up to this on Slurm 23.11+ whose
@@ -100,6 +104,10 @@ class Config:
     # Fairshare shares from sacctmgr (slurm/fairshare.py), [entities] entries winning over them
     entities: Mapping[str, float] = field(default_factory=dict)
     entity_weights: str = "config"
+    # What an entity of the hierarchical policy is (core/entities.py): "user", every user
+    # (the weights above then name accounts, each split among its users with jobs); "entity",
+    # a job's entity= flag, else its Slurm account (the weights name entities)
+    share_by: str = "user"
     source: str = ""                     # the file it came from
 
     def check(self) -> "Config":
@@ -173,6 +181,8 @@ class Config:
         if self.entity_weights not in ENTITY_WEIGHT_SOURCES:
             bad("entity_weights", f"must be one of {', '.join(ENTITY_WEIGHT_SOURCES)}, "
                                   f"got {self.entity_weights!r}")
+        if self.share_by not in SHARE_BY:
+            bad("share_by", f"must be one of {', '.join(SHARE_BY)}, got {self.share_by!r}")
         for name, problem in entity_problems(self.entities):
             bad(f"entities.{name}", problem)
         if self.throughputs is not None and not Path(self.throughputs).is_file():

@@ -78,7 +78,8 @@ EXIT_DAMAGED = 4
 # Made once at start (the endpoint, the log handlers): a SIGHUP that changes them says so
 RESTART_KEYS = ("metrics_port", "metrics_address", "metrics_per_job", "log_file", "syslog",
                 "syslog_facility", "syslog_address",
-                "partitions", "gpu_types")         # the backend's GPU types (gputypes.TypeMap)
+                "partitions", "gpu_types",         # the backend's GPU types (gputypes.TypeMap)
+                "share_by")                        # the backend's entities of the jobs it knows
 
 
 class TickingClock(WallClock):
@@ -143,7 +144,9 @@ class Daemon:
                                     # reconciled with Slurm on the first poll (a restart)
                                     active_jobs=[j["id"] for j in self.store.jobs()],
                                     # multi-GPU pairs' replaced requests (slurm/backend/pairs/multi.py)
-                                    requests=StoredRequests(self.store))
+                                    requests=StoredRequests(self.store),
+                                    # the entity gqueue shows: the one the policy shares by
+                                    share_by=config.share_by)
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,
             # progress arrives every tick; one sample (and one exploration round) per round
@@ -161,7 +164,8 @@ class Daemon:
                              move_hysteresis=config.move_hysteresis_rounds,
                              max_preemptions=config.max_preemptions_per_round,
                              # read once now: a restart with the same shares is no reset event
-                             entity_weights=self.fairshare.refresh() if self.fairshare else config.entities)
+                             entity_weights=self.fairshare.refresh() if self.fairshare else config.entities,
+                             share_by=config.share_by)
         self._resume()
         if starts > 1:
             self.metrics.restarts.inc(starts - 1)
@@ -170,8 +174,12 @@ class Daemon:
         self._watchdog: threading.Timer | None = None     # armed by the first stop signal
         self._check_slurm_config(config)
         self._check_space_sharing(config)
-        log.info("slurm-gavel daemon: policy %s%s, rounds of %.0f s, partitions %s, database %s%s",
-                 config.policy, " (agnostic)" if config.agnostic else "", config.round_seconds,
+        log.info("slurm-gavel daemon: policy %s%s%s, rounds of %.0f s, partitions %s, database %s%s",
+                 config.policy, " (agnostic)" if config.agnostic else "",
+                 (" between users first, then among each user's jobs" if config.share_by == "user"
+                  else " between entities (entity= flag, else account)")
+                 if resolve(config.policy).policy == "hierarchical" else " (per job, whatever its user)",
+                 config.round_seconds,
                  ", ".join(f"{p}={t}" for p, t in self.backend.partitions.items()), config.database,
                  " [DRY RUN: nothing is changed in Slurm]" if dry_run else "")
 
@@ -268,6 +276,10 @@ class Daemon:
         return ThroughputTable.from_gavel_json(config.throughputs) if config.throughputs else None
 
     def _allocator(self, config):
+        if resolve(config.policy).policy == "hierarchical":
+            # its LPs go through cvxpy, imported on first use (policies/lazy.py): a second or
+            # more that the first solve, and the newcomers waiting on it, would otherwise pay
+            import cvxpy  # noqa: F401
         policy = TimedPolicy(make_policy(config.policy, agnostic=config.agnostic,
                                          space_sharing=config.space_sharing), self.metrics.solve_duration)
         return Background(policy, on_error=lambda f: log.error("policy solve failed (the previous "

@@ -17,6 +17,7 @@ import time as _time
 from datetime import datetime
 from typing import Sequence
 
+from ..core.engine import INTERIM
 from ..core.errors import InputError
 from .store import SqliteStore
 
@@ -32,6 +33,56 @@ DEPARTED = {"completed": "CD", "failed": "F", "cancelled": "CA", "node_fail": "N
 ENDED = {"completed": "finished", "failed": "failed", "cancelled": "cancelled",
          "timeout": "hit its time limit", "node_fail": "ended with its node failing",
          "preempted": "preempted by Slurm", "lost": "lost"}
+
+def _fraction(part: float, whole: float) -> str:
+    """`part` of `whole` as a small fraction when it is one (1/3), else a percentage."""
+    if not whole > 0:
+        return "-"
+    f = part / whole
+    for q in range(1, 13):
+        p = round(f * q)
+        if p and abs(f - p / q) < 2e-3:
+            return f"{p}/{q}"
+    return f"{100 * f:.0f}%"
+
+
+def share_levels(jobs: Sequence[dict], meta: dict | None, shares: dict, servers: Sequence[dict]) -> dict:
+    """{job: where its share came from}: under the hierarchical policy its entity's (a user,
+    when the entity is the job's user) share of the GPUs, split over the entity's jobs; under
+    another policy its own (every job its own share, whatever its user)."""
+    policy = (meta or {}).get("policy")
+    total = sum(s["gpus"] for s in servers)
+    active = [j for j in jobs if j["state"] == "active"]
+    held = {j["id"]: sum(shares.get(j["id"], {}).values()) * (j["scale_factor"] or 1) for j in active}
+    out = {}
+    if policy and policy.startswith("hierarchical"):
+        members: dict[str, list[str]] = {}
+        for j in active:
+            members.setdefault(j["entity"] or "", []).append(j["id"])
+        for j in active:
+            entity = j["entity"] or ""
+            gpus = sum(held[o] for o in members[entity])
+            kind = "user" if entity and entity == j["user"] else "entity"
+            n = len(members[entity])
+            fraction = _fraction(gpus, total)
+            out[j["id"]] = {"level": kind, "entity": entity, "entity_jobs": n, "entity_gpus": gpus,
+                            "entities": len(members), "gpus": total,
+                            "short": f"{kind}:{entity}={fraction},{n}job{'s' if n != 1 else ''}",
+                            "text": f"{kind} {entity}'s share {fraction} ({gpus:.3g} of {total} GPUs, "
+                                    f"{len(members)} {kind}s sharing first), split over {n} "
+                                    f"job{'s' if n != 1 else ''}"}
+    else:
+        for j in active:
+            if policy == INTERIM:
+                words = "an agnostic share until a solve that includes it"
+            else:
+                words = f"policy {policy or 'none yet'}: every job its own share, whatever its user"
+            out[j["id"]] = {"level": "job", "entity": None, "entity_jobs": None, "entity_gpus": None,
+                            "entities": None, "gpus": total,
+                            "short": f"job={_fraction(held[j['id']], total)}",
+                            "text": f"its own share {_fraction(held[j['id']], total)} ({words})"}
+    return out
+
 
 def rows(store: SqliteStore, users=(), types=(), job_ids=(),
          states=("active",)) -> tuple[list[dict], list[str]]:
@@ -53,6 +104,7 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
     estimates: dict[str, dict[str, dict]] = {}
     for e in store.throughput_estimates(active_only=False):
         estimates.setdefault(e["job"], {})[e["worker_type"]] = e
+    levels = share_levels(jobs if states == ("active",) else store.jobs(), meta, shares, servers)
     out = []
     for j in jobs:
         st = status.get(j["id"], {})
@@ -100,6 +152,9 @@ def rows(store: SqliteStore, users=(), types=(), job_ids=(),
             # that is a guess (the same computation as explain's)
             **_finish_fields(j, shares.get(j["id"], {}), est, wt),
             "types": j["types"].split(",") if j.get("types") else None,     # None: any
+            # where its share came from (a user's share split over their jobs, or its own)
+            "level": levels.get(j["id"], {}).get("short"),
+            "share_from": levels.get(j["id"], {}).get("text"),
         })
     return out, worker_types
 
@@ -178,6 +233,32 @@ def _finish_fields(j: dict, share: dict, est: dict, worker_type) -> dict:
     return {"finish_seconds": finish, "finish_is_guess": guess if finish is not None else False}
 
 
+def _bar(running: list[tuple[float, int]], needed: int) -> float | None:
+    """The priority a waiting job must beat on a type to get `needed` more GPUs there: the
+    highest among the lowest-priority running jobs that hold them (None: they are not held
+    by running jobs it could displace)."""
+    got, bar = 0, None
+    for priority, gpus in sorted(running):
+        if got >= needed:
+            break
+        got, bar = got + gpus, priority
+    return bar if got >= needed else None
+
+
+def _beat(wt: str, bar: float, own, size: int) -> str:
+    """What a waiting job needs on `wt`, in the terms the mechanism picks by (priorities
+    of the next round: a running job's lease counted, a tie kept by the running job)."""
+    whose = "the lowest of the jobs running there" if size == 1 else \
+            f"the highest of the lowest-priority jobs there that hold the {size} GPUs it needs"
+    if own is not None and own > bar:
+        return (f"{wt}: nothing more; its priority {number(own)} is above {number(bar)} ({whose}), "
+                f"so the next round picks it before them unless jobs of higher priority "
+                f"take the GPUs first")
+    tie = ("; infinite while a running job's lease lasts" if math.isinf(bar) else
+           "; a tie keeps the running job")
+    return f"{wt}: a priority above {number(bar)} ({whose}; its own is {number(own)}{tie})"
+
+
 def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:
     """One job as `slurm-gavel explain` shows it; `now` the wall clock (for "arrived ...
     ago"), the time its share asks for runs to the daemon's last round."""
@@ -187,7 +268,7 @@ def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:
     if not found:
         raise InputError("JOB", f"job {job} is not in the database {store.path}")
     j = found[0]
-    _, shares = store.latest_allocation()
+    meta, shares = store.latest_allocation()
     times = store.job_time([job]).get(job, {})
     status = store.status_rows()
     mine = status.get(job, {})
@@ -210,13 +291,13 @@ def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:
     gpus = {}
     for s in servers:
         gpus[s["worker_type"]] = gpus.get(s["worker_type"], 0) + s["gpus"]
-    busy, lowest = {}, {}
+    busy, held_by = {}, {}
     for other, r in status.items():
         if r.get("state") == "R" and r.get("worker_type"):
             wt = r["worker_type"]
             busy[wt] = busy.get(wt, 0) + (r.get("gpus") or 0)
             if other != job and r.get("priority") is not None:
-                lowest[wt] = min(lowest.get(wt, math.inf), r["priority"])
+                held_by.setdefault(wt, []).append((r["priority"], r.get("gpus") or 0))
     size = j["scale_factor"] or 1
     done, total = _finite_or_none(j.get("steps_done")), _finite_or_none(j.get("steps"))
     finish, guess = _finish(share, speeds, mine.get("worker_type"),
@@ -236,15 +317,17 @@ def explain(store: SqliteStore, job: str, now: float | None = None) -> dict:
             if x <= 0:
                 continue
             free = gpus.get(wt, 0) - busy.get(wt, 0)
+            bar = _bar(held_by.get(wt, []), size - max(free, 0))
             if free >= size:
                 options.append(f"{wt}: {free} GPUs free, it should start there next round")
-            elif wt in lowest:
-                options.append(f"{wt}: a priority above {number(lowest[wt])} (the lowest of the jobs "
-                               f"running there; its own is {number(mine.get('priority'))})")
+            elif bar is not None:
+                options.append(_beat(wt, bar, mine.get("priority"), size))
             else:
                 options.append(f"{wt}: {size} free GPUs ({max(free, 0)} free now)")
         needs = "; or ".join(options)
+    level = share_levels(store.jobs(), meta, shares, servers).get(job, {})
     return {"jobid": job, "user": j["user"], "name": j["name"], "model": j["model"], "gpus": size,
+            "share_level": level.get("level"), "share_from": level.get("text"),
             "state": state if j["state"] == "active" else j["state"],
             "worker_type": mine.get("worker_type"), "priority": mine.get("priority"),
             "reason": mine.get("reason") or "", "arrived": j["first_seen"],

@@ -200,7 +200,7 @@ def test_fairshare_set_with_sacctmgr_reaches_the_policy_and_changes_the_allocati
         slurm_accounting_cluster, tmp_path):
     cluster = slurm_accounting_cluster
     config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1, policy="hierarchical",
-                          entity_weights="fairshare")
+                          share_by="entity", entity_weights="fairshare")
     # 16 GPUs asked of 8 (4 v100, 4 k80): gavel-a's two jobs against gavel-b's two
     jobs = {}
     try:
@@ -228,7 +228,8 @@ def test_entities_in_gavel_toml_weigh_and_a_sighup_changes_them(clean, tmp_path)
     """[entities] from the file reach the policy; a reload with other weights re-solves."""
     import signal
     cluster = clean
-    config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1, policy="hierarchical")
+    config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1, policy="hierarchical",
+                          share_by="entity")
     base = config.read_text()
     config.write_text(base + '[entities]\n"gavel-a" = 3\n')
     jobs = {}

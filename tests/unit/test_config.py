@@ -56,7 +56,7 @@ def test_unreadable_files(tmp_path):
     bad.write_text("policy = \n")
     with pytest.raises(InputError, match="not valid TOML"):
         load(bad)
-    assert from_dict({}).policy == "max_min_fairness"
+    assert from_dict({}).policy == "hierarchical"
 
 
 # -- [entities]: the hierarchical policy's entity weights (issue 14) -----------------

@@ -64,8 +64,11 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                  start_timeout: float = START_TIMEOUT_SECONDS,
                  active_jobs=(), accounting: bool | None = None,
                  lost_settle_seconds: float = LOST_SETTLE_SECONDS,
-                 min_run_seconds: float = 0.0, requests: Requests | None = None):
+                 min_run_seconds: float = 0.0, requests: Requests | None = None,
+                 share_by: str = "entity"):
         self.cli, self.clock = cli, clock
+        # "user": a job's entity is its user, whatever its entity= flag says (core/entities.py)
+        self.share_by = share_by
         self.signal, self.signal_all_steps = signal, signal_all_steps
         self.grace_seconds = grace_seconds
         self.min_run_seconds = float(min_run_seconds)
@@ -272,7 +275,8 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 id=job_id, job_type=flags.model or UNKNOWN_MODEL,
                 scale_factor=sizes[job_id], arrival_time=j.submit_time or now,
                 total_steps=float(flags.steps) if flags.steps else math.nan,
-                weight=flags.weight, entity=flags.entity or j.account,
+                weight=flags.weight,
+                entity=j.user if self.share_by == "user" and j.user else flags.entity or j.account,
                 slo=flags.slo_seconds, name=j.name, user=j.user, account=j.account,
                 speeds=flags.speeds or (), placement=placement, hold_reason=hold))
         for job_id, why in holds.items():
