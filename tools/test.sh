@@ -48,7 +48,8 @@ else
     # Unit and integration tests share nothing and run side by side. Cluster test files too:
     # each process has its own session clusters, and a file's tests share its process's.
     python -m pytest "${parallel[@]}" tests/unit tests/integration || rc=$?
-    python -m pytest "${cluster_parallel[@]}" tests/cluster || rc=$?
+    # Its clusters' folders (logs) stay when a test failed.
+    if python -m pytest "${cluster_parallel[@]}" tests/cluster; then rm -rf "$basetemp"; else rc=$?; fi
 fi
 if [ "$want24" = 1 ]; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -56,7 +57,11 @@ if [ "$want24" = 1 ]; then
         [ -n "${CI:-}" ] && rc=1
     else
         echo "test.sh: the tests again on Slurm 24.11 (tools/slurm-chroot.sh): pytest ${args[*]}" >&2
-        GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}" || rc=$?
+        if GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}"; then
+            bash "$ROOT/tools/slurm-chroot.sh" rm -rf "$basetemp"
+        else
+            rc=$?
+        fi
     fi
 fi
 # The third pass: Slurm 26.05 (Debian unstable, a sid root by tools/slurm-chroot.sh), the same
