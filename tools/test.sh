@@ -13,7 +13,7 @@
 # With other arguments: they go to pytest, on this host only (GAVEL_SLURM24=1 adds the 24.11
 # pass with the same arguments). GAVEL_SLURM24=0 leaves the 24.11 pass out.
 # GAVEL_TEST_PROCESSES sets the processes of the unit and integration tiers (default 2; 0: one
-# process, no xdist). GAVEL_CLUSTER_PROCESSES those of the cluster tier and of the 24.11 pass
+# process, no xdist). GAVEL_CLUSTER_PROCESSES those of the cluster tier and of the version passes
 # (default 2; 0: one process): each process takes whole test files (--dist loadfile) and starts
 # its own clusters (random ports, own state dirs) under a short --basetemp, because Slurm's UNIX
 # socket paths live in the cluster's folder and may not be longer than 107 characters.
@@ -25,8 +25,7 @@ procs="${GAVEL_TEST_PROCESSES:-2}"
 parallel=()
 [ "$procs" != 0 ] && parallel=(-n "$procs")
 cluster_procs="${GAVEL_CLUSTER_PROCESSES:-2}"
-# Cluster tests wait on Slurm and on rounds more than they compute: files run side by side.
-# The same short folder name serves inside the chroot (its own /tmp); the pid keeps two runs of
+# The same short folder name serves inside each chroot (its own /tmp); the pid keeps two runs of
 # this script on one host apart (pytest empties --basetemp first).
 basetemp="/tmp/gavel-test-$$"
 cluster_parallel=(--basetemp="$basetemp")
@@ -74,8 +73,12 @@ if [ "$want26" = 1 ]; then
         [ -n "${CI:-}" ] && rc=1
     else
         echo "test.sh: the tests again on Slurm 26.05 (GAVEL_SLURM_SUITE=sid tools/slurm-chroot.sh): pytest ${args[*]}" >&2
-        GAVEL_SLURM_SUITE=sid GAVEL_SLURM_ROOT="${GAVEL_SLURM26_ROOT:-/var/tmp/slurm-gavel-sid}" \
-            GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}" || rc=$?
+        export GAVEL_SLURM_SUITE=sid GAVEL_SLURM_ROOT="${GAVEL_SLURM26_ROOT:-/var/tmp/slurm-gavel-sid}"
+        if GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}"; then
+            bash "$ROOT/tools/slurm-chroot.sh" rm -rf "$basetemp"
+        else
+            rc=$?
+        fi
     fi
 fi
 exit "$rc"
