@@ -13,7 +13,10 @@
 # With other arguments: they go to pytest, on this host only (GAVEL_SLURM24=1 adds the 24.11
 # pass with the same arguments). GAVEL_SLURM24=0 leaves the 24.11 pass out.
 # GAVEL_TEST_PROCESSES sets the processes of the unit and integration tiers (default 2; 0: one
-# process, no xdist).
+# process, no xdist). GAVEL_CLUSTER_PROCESSES those of the cluster tier and of the version passes
+# (default 2; 0: one process): each process takes whole test files (--dist loadfile) and starts
+# its own clusters (random ports, own state dirs) under a short --basetemp, because Slurm's UNIX
+# socket paths live in the cluster's folder and may not be longer than 107 characters.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/tools/setup-env.sh"
@@ -21,6 +24,12 @@ cd "$ROOT"
 procs="${GAVEL_TEST_PROCESSES:-2}"
 parallel=()
 [ "$procs" != 0 ] && parallel=(-n "$procs")
+cluster_procs="${GAVEL_CLUSTER_PROCESSES:-2}"
+# The same short folder name serves inside each chroot (its own /tmp); the pid keeps two runs of
+# this script on one host apart (pytest empties --basetemp first).
+basetemp="/tmp/gavel-test-$$"
+cluster_parallel=(--basetemp="$basetemp")
+[ "$cluster_procs" != 0 ] && cluster_parallel+=(-n "$cluster_procs" --dist loadfile)
 rc=0
 if [ "${1:-}" = "--fast" ]; then
     [ $# -eq 1 ] || { echo "test.sh: --fast takes no other arguments" >&2; exit 2; }
@@ -34,11 +43,12 @@ if [ $# -gt 0 ]; then
 else
     want24="${GAVEL_SLURM24:-1}"
     # The unit tier runs no Slurm: the version cannot change its results.
-    args=(-m slurm24 tests/cluster)
-    # Unit and integration tests share nothing and run side by side; cluster tests share the
-    # session's clusters (and the machine's two cores with them), so they run one at a time.
+    args=("${cluster_parallel[@]}" -m slurm24 tests/cluster)
+    # Unit and integration tests share nothing and run side by side. Cluster test files too:
+    # each process has its own session clusters, and a file's tests share its process's.
     python -m pytest "${parallel[@]}" tests/unit tests/integration || rc=$?
-    python -m pytest tests/cluster || rc=$?
+    # Its clusters' folders (logs) stay when a test failed.
+    if python -m pytest "${cluster_parallel[@]}" tests/cluster; then rm -rf "$basetemp"; else rc=$?; fi
 fi
 if [ "$want24" = 1 ]; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -46,7 +56,11 @@ if [ "$want24" = 1 ]; then
         [ -n "${CI:-}" ] && rc=1
     else
         echo "test.sh: the tests again on Slurm 24.11 (tools/slurm-chroot.sh): pytest ${args[*]}" >&2
-        GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}" || rc=$?
+        if GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}"; then
+            bash "$ROOT/tools/slurm-chroot.sh" rm -rf "$basetemp"
+        else
+            rc=$?
+        fi
     fi
 fi
 # The third pass: Slurm 26.05 (Debian unstable, a sid root by tools/slurm-chroot.sh), the same
@@ -59,8 +73,12 @@ if [ "$want26" = 1 ]; then
         [ -n "${CI:-}" ] && rc=1
     else
         echo "test.sh: the tests again on Slurm 26.05 (GAVEL_SLURM_SUITE=sid tools/slurm-chroot.sh): pytest ${args[*]}" >&2
-        GAVEL_SLURM_SUITE=sid GAVEL_SLURM_ROOT="${GAVEL_SLURM26_ROOT:-/var/tmp/slurm-gavel-sid}" \
-            GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}" || rc=$?
+        export GAVEL_SLURM_SUITE=sid GAVEL_SLURM_ROOT="${GAVEL_SLURM26_ROOT:-/var/tmp/slurm-gavel-sid}"
+        if GAVEL_NEWER_SLURM=1 bash "$ROOT/tools/slurm-chroot.sh" python -m pytest "${args[@]}"; then
+            bash "$ROOT/tools/slurm-chroot.sh" rm -rf "$basetemp"
+        else
+            rc=$?
+        fi
     fi
 fi
 exit "$rc"

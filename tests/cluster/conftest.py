@@ -10,6 +10,10 @@ only when a test asks for it.
 
 `slurm_accounting_cluster`: a second, smaller cluster with accounting (its own MariaDB and
 slurmdbd; sacct, sacctmgr, associations enforced), started only when a test asks for it.
+
+"Session" is one pytest process: under pytest-xdist (tools/test.sh runs this tier with
+`-n 2 --dist loadfile`) each worker starts its own clusters, in its own basetemp folder (state,
+spool, munged socket) on its own random ports, and a file's tests all run in one worker.
 """
 from __future__ import annotations
 

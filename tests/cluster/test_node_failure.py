@@ -64,7 +64,10 @@ def test_a_job_lost_with_its_node_is_not_run_twice(clean, tmp_path):
         assert shown == "PENDING"
         # the node comes back: Slurm stops the old copy, then the daemon may restart the job
         cluster.start_node(node)
-        cluster.run(["scontrol", "update", f"nodename={node}", "state=resume"])
+        resumed = cluster.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+        # ReturnToService=2: a slurmd that registers before the resume has brought its node back
+        state = cluster.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip()
+        assert resumed.returncode == 0 or "down" not in state, (resumed.stderr, state)
         deadline = time.time() + 90
         while True:
             live = copies(job, tmp_path)
