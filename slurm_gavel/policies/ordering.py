@@ -1,24 +1,69 @@
-"""Order-based policies: FIFO and shortest job first."""
+"""Order-based policies: strict FIFO, the FIFO-ranked LP and shortest job first."""
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
-from ..core.model import PolicyInput
+from ..core.model import Allocation, PolicyInput
 from .lp import MaxSumPolicy
 
 
-class Fifo(MaxSumPolicy):
-    """First in, first out, heterogeneity-aware (Gavel's FIFO as a max-sum objective).
+class Fifo:
+    """First in, first out, heterogeneity-aware (Gavel's `fifo_perf`).
+
+    Jobs are taken in arrival order (time since arrival, ties by input
+    order; weights do not reorder).  Each takes, whole, the free type that
+    runs it fastest among those with room for its scale factor (ties: the
+    type with more free GPUs, then the first listed): X_mj = 1 there.
+    When no type has room for the next job the queue stops, so no later
+    job overtakes it.  A job that has room only on types it cannot run on
+    waits without holding the queue (it could never use those GPUs), as in
+    Gavel.  Recomputed from scratch each round, so a running job moves to a
+    faster type that an earlier job has freed.  Objective: the number of
+    jobs running.
+    """
+
+    name = "fifo"
+    summary = "first in, first out: in arrival order, each job takes the free type that runs it fastest"
+    supports_space_sharing = False
+
+    def allocate(self, inp: PolicyInput) -> Allocation:
+        started = time.perf_counter()
+        x = np.zeros((inp.n_jobs, inp.n_types))
+        free = inp.counts.astype(float).copy()
+        solo = inp.solo_throughputs
+        columns = np.arange(inp.n_types)
+        for m in np.argsort(inp.arrival_order(), kind="stable"):
+            s = inp.scale_factors[m]
+            room = free >= s
+            if not room.any():
+                break
+            usable = room & (solo[m] > 0)
+            if not usable.any():
+                continue
+            # fastest, then most free GPUs, then first listed
+            cand = columns[usable]
+            j = cand[np.lexsort((cand, -free[cand], -solo[m, cand]))[0]]
+            x[m, j] = 1.0
+            free[j] -= s
+        return Allocation(inp.job_ids, inp.worker_types, x, self.name, objective=float(x.sum()),
+                          solve_seconds=time.perf_counter() - started)
+
+
+class FifoRanked(MaxSumPolicy):
+    """A FIFO-like ranking LP (this project's earlier `fifo`; not strict FIFO).
 
         maximize_X sum_m (n - rank_m) * throughput(m, X) / fastest_m
 
     rank_m is the job's arrival rank (0 = earliest, from time_since_arrival).
-    Earlier jobs weigh more, so they take the GPUs first; among GPU types the
-    LP picks what makes each job fastest relative to its own best.
+    Earlier jobs weigh more, so they mostly take the GPUs first; but a later
+    job that suits a free type can overtake an earlier one that does not, as
+    the LP trades ranks against relative speed.
     """
 
-    name = "fifo"
-    summary = "first in, first out: earlier jobs get GPUs first, on the types that suit them"
+    name = "fifo_ranked"
+    summary = "FIFO-ranked LP: earlier jobs weigh more, later ones may overtake on types that suit them"
 
     def coefficients(self, inp: PolicyInput) -> np.ndarray:
         return (inp.n_jobs - inp.arrival_order()) / inp.fastest_throughputs()
