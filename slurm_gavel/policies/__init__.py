@@ -9,7 +9,6 @@ May import: `core` (the model and errors), numpy, cvxpy and HiGHS. Never
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from ..core.errors import InputError, UnknownPolicyError
@@ -35,7 +34,6 @@ class Alias:
     policy: str
     agnostic: bool = False
     space_sharing: bool = False
-    deprecated: str = ""        # said once, in the log, to whoever still uses the name
 
 
 ALIASES: dict[str, Alias] = {
@@ -50,11 +48,7 @@ ALIASES: dict[str, Alias] = {
     "finish_time_fairness_perf": Alias("finish_time_fairness"),
     "finish_time_fairness_packed": Alias("finish_time_fairness", space_sharing=True),
     "fifo_perf": Alias("fifo"),
-    # Strict FIFO does not pack; the ranking LP (this project's earlier
-    # `fifo`) does, so the name keeps working on it.
-    "fifo_packed": Alias("fifo_ranked", space_sharing=True, deprecated=(
-        "policy fifo_packed runs fifo_ranked with space sharing (strict fifo does not pack); "
-        "write fifo_ranked with space sharing on, or fifo")),
+    "fifo_packed": Alias("fifo", space_sharing=True),
     "min_total_duration": Alias("makespan", agnostic=True),
     "min_total_duration_perf": Alias("makespan"),
     "min_total_duration_packed": Alias("makespan", space_sharing=True),
@@ -102,8 +96,6 @@ class WithoutPairs:
 def make_policy(name: str, agnostic: bool = False, space_sharing: bool = False) -> Policy:
     """The policy called `name` (or an alias), optionally agnostic and with space sharing."""
     alias = resolve(name)
-    if alias.deprecated:
-        logging.getLogger(__name__).warning("deprecated: %s", alias.deprecated)
     cls = POLICIES[alias.policy]
     space_sharing = space_sharing or alias.space_sharing
     if space_sharing and not cls.supports_space_sharing:

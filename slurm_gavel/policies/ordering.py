@@ -26,7 +26,10 @@ class Fifo:
 
     name = "fifo"
     summary = "first in, first out: in arrival order, each job takes the free type that runs it fastest"
-    supports_space_sharing = False
+    supports_space_sharing = True
+    takes_all_pairs = True          # a waiting job looks for its best partner among all pairs
+    # Gavel's fifo_packed packs only where the pair's combined normalized throughput beats this.
+    packing_threshold = 1.5
 
     def allocate(self, inp: PolicyInput) -> Allocation:
         started = time.perf_counter()
@@ -34,7 +37,8 @@ class Fifo:
         free = inp.counts.astype(float).copy()
         solo = inp.solo_throughputs
         columns = np.arange(inp.n_types)
-        for m in np.argsort(inp.arrival_order(), kind="stable"):
+        order = np.argsort(inp.arrival_order(), kind="stable")
+        for m in order:
             s = inp.scale_factors[m]
             room = free >= s
             if not room.any():
@@ -47,8 +51,46 @@ class Fifo:
             j = cand[np.lexsort((cand, -free[cand], -solo[m, cand]))[0]]
             x[m, j] = 1.0
             free[j] -= s
-        return Allocation(inp.job_ids, inp.worker_types, x, self.name, objective=float(x.sum()),
-                          solve_seconds=time.perf_counter() - started)
+        x_pairs = np.zeros((inp.n_pairs, inp.n_types))
+        if inp.n_pairs:
+            self._pack(inp, x, x_pairs, [m for m in order if not x[m].any()])
+        return Allocation(inp.job_ids, inp.worker_types, x, self.name,
+                          objective=float(x.sum() + 2 * x_pairs.sum()),
+                          solve_seconds=time.perf_counter() - started,
+                          pair_jobs=inp.pair_jobs, x_pairs=x_pairs)
+
+    def _pack(self, inp: PolicyInput, x: np.ndarray, x_pairs: np.ndarray, waiting: list):
+        """Gavel's fifo_packed: waiting jobs, in order, join the running job they pack best with.
+
+        A waiting job shares the GPUs of a running job alone on them (same
+        scale factor) when their combined normalized throughput there,
+        T_pair_a / T_a + T_pair_b / T_b, is above `packing_threshold`; the
+        best such partner wins.  The first waiting job without one stops the
+        packing, so nobody overtakes it.
+        """
+        solo = inp.solo_throughputs
+        shared = inp.shared_throughputs
+        partners: dict[int, list[tuple[int, int]]] = {}        # job -> [(pair row, side of the job)]
+        for p, (a, b) in enumerate(inp.pair_jobs):
+            partners.setdefault(int(a), []).append((p, 0))
+            partners.setdefault(int(b), []).append((p, 1))
+        for q in waiting:
+            best, best_gain = None, self.packing_threshold
+            for p, side in partners.get(int(q), ()):
+                r = int(inp.pair_jobs[p, 1 - side])
+                if not x[r].any() or inp.scale_factors[r] != inp.scale_factors[q]:
+                    continue                    # not running alone
+                j = int(np.argmax(x[r]))
+                if not inp.pair_feasible[p, j] or solo[q, j] <= 0:
+                    continue
+                gain = shared[p, j, side] / solo[q, j] + shared[p, j, 1 - side] / solo[r, j]
+                if gain > best_gain:
+                    best, best_gain = (p, r, j), gain
+            if best is None:
+                break
+            p, r, j = best
+            x[r, j] = 0.0
+            x_pairs[p, j] = 1.0
 
 
 class FifoRanked(MaxSumPolicy):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from slurm_gavel.policies import make_policy, resolve
+from slurm_gavel.policies import Alias, make_policy, resolve
 from tests.support.inputs import assert_feasible, make_input
 
 # Arrival order below: job 0 earliest (largest time since arrival).
@@ -75,7 +75,7 @@ def test_fifo_agnostic_is_type_blind_but_still_strict():
 
 def test_old_fifo_names_still_resolve():
     assert resolve("fifo_perf").policy == "fifo"
-    assert resolve("fifo_packed").policy == "fifo_ranked" and resolve("fifo_packed").deprecated
+    assert resolve("fifo_packed") == Alias("fifo", space_sharing=True)
 
 
 # -- FTF --------------------------------------------------------------------------
@@ -160,3 +160,32 @@ def test_ftf_agnostic_estimates_times_at_the_reference_speed():
                      time_since_arrival=np.array([0.0]))
     alloc = make_policy("ftf", agnostic=True).allocate(inp)
     assert alloc.x[0] == pytest.approx([0.5, 0.5], abs=1e-4)
+
+
+# -- FIFO with packing (Gavel's fifo_packed) --------------------------------------
+
+def _packing_input(share):
+    """One V100; job 0 (earliest) runs, job 1 waits; the pair runs each at `share` of its solo speed."""
+    return make_input([[10.0], [4.0]], [1], ("v100",), time_since_arrival=np.array([2.0, 1.0]),
+                      pair_jobs=np.array([[0, 1]]),
+                      pair_throughputs=np.array([[[10.0 * share, 4.0 * share]]]))
+
+
+def test_fifo_packed_pairs_a_waiting_job_with_a_running_one_when_it_pays():
+    """Combined normalized throughput 0.8 + 0.8 = 1.6 > 1.5: job 1 joins job 0 on the V100."""
+    alloc = make_policy("fifo_packed").allocate(_packing_input(0.8))
+    assert alloc.x[:, 0].tolist() == [0.0, 0.0]
+    assert alloc.x_pairs.tolist() == [[1.0]]
+    assert_feasible(alloc, _packing_input(0.8))
+
+
+def test_fifo_packed_does_not_pack_below_the_threshold():
+    """0.7 + 0.7 = 1.4: better than taking turns, but under Gavel's 1.5: job 1 waits."""
+    alloc = make_policy("fifo_packed").allocate(_packing_input(0.7))
+    assert alloc.x[:, 0].tolist() == [1.0, 0.0]
+    assert alloc.x_pairs.tolist() == [[0.0]]
+
+
+def test_fifo_without_space_sharing_ignores_pairs():
+    alloc = make_policy("fifo").allocate(_packing_input(0.8))
+    assert alloc.x[:, 0].tolist() == [1.0, 0.0] and not alloc.x_pairs.any()
