@@ -68,7 +68,7 @@ class FinishTimeFairness(LinearPolicy):
     time here.  A job that has waited without progress has a small e_m and
     so a large rho: it gets pushed.  e_m is state the policy keeps per job
     id (`isolated_seconds`), as Gavel's does; a job first seen with work
-    already done (after a daemon restart, or by a one-off `policy` call)
+    already done (after a daemon restart, or in a one-off `slurm-gavel solve`)
     starts at e_m = 0, which overstates its rho until it finishes.  Asking
     again about an unchanged input adds nothing.  Weights scale rho (a job
     of weight 2 counts its slowdown twice).  rho is convex in X (inv_pos),
