@@ -286,21 +286,33 @@ class PolicyInput:
     def type_blind(self) -> "PolicyInput":
         """The same input as a heterogeneity-agnostic scheduler sees it.
 
-        Every job runs at the same speed on every type it fits: its mean
-        throughput over those types (so that steps, times and SLOs keep their
-        units).  Pairs likewise.  Infeasible entries stay infeasible.
+        Every job runs on every type it fits at its speed on one reference
+        type (so that steps, times and SLOs keep their units), as Gavel's
+        agnostic baselines see every type at the job's V100 speed.  The
+        reference is the type the jobs run nearest their best on (largest
+        sum over jobs of throughput / the job's fastest throughput): the V100
+        on Gavel's clusters and jobs, and a rule that needs no type names.  A
+        job that cannot run on the reference type is seen at its fastest.
+        Pairs likewise (their reference speed on the same type, else their
+        fastest).  Infeasible entries stay infeasible.
         """
         solo = self.solo_throughputs
         feasible = self.feasible
-        mean = solo.sum(axis=1) / np.maximum(feasible.sum(axis=1), 1)
-        blind = np.where(feasible, mean[:, None], 0.0)
+        fastest = solo.max(axis=1, initial=0.0)
+        near_best = np.divide(solo, fastest[:, None], out=np.zeros_like(solo), where=fastest[:, None] > 0)
+        ref = int(np.argmax(near_best.sum(axis=0))) if self.n_jobs else 0
+        speed = np.where(solo[:, ref] > 0, solo[:, ref], fastest)
+        blind = np.where(feasible, speed[:, None], 0.0)
         shared = self.shared_throughputs
         pf = self.pair_feasible
-        pmean = shared.sum(axis=1) / np.maximum(pf.sum(axis=1), 1)[:, None]
-        pblind = np.where(pf[:, :, None], pmean[:, None, :], 0.0)
-        # Valid as it stands: a mean of positive throughputs is positive (the
-        # smallest is a whole number of the least float, as is their sum), so
-        # every job fits exactly the types it fitted, and nothing is negative.
+        if len(shared):
+            pair_best = shared[np.arange(len(shared)), np.argmax(shared.sum(axis=2), axis=1)]
+            pspeed = np.where(pf[:, ref, None], shared[:, ref, :], pair_best)      # (P, 2)
+        else:
+            pspeed = np.zeros((0, 2))
+        pblind = np.where(pf[:, :, None], pspeed[:, None, :], 0.0)
+        # Valid as it stands: every speed is one of the job's own positive
+        # throughputs, so every job fits exactly the types it fitted.
         return self._derive(throughputs=blind, pair_throughputs=pblind,
                             unconsolidated_throughputs=np.full_like(blind, np.nan))
 

@@ -18,13 +18,13 @@ from .baselines import AlloX, Gandiva, Isolated
 from .cost import MinCost, MinCostSLO
 from .fairness import FinishTimeFairness, MaxMinFairness
 from .hierarchical import Hierarchical
-from .ordering import Fifo, ShortestJobFirst
+from .ordering import Fifo, FifoRanked, ShortestJobFirst
 from .space_sharing import WithPairs
 from .throughput import Makespan, MaxThroughput
 
 POLICIES: dict[str, type] = {
     cls.name: cls for cls in (
-        MaxMinFairness, FinishTimeFairness, Fifo, ShortestJobFirst, Makespan,
+        MaxMinFairness, FinishTimeFairness, Fifo, FifoRanked, ShortestJobFirst, Makespan,
         MaxThroughput, MinCost, MinCostSLO, Isolated, AlloX, Gandiva, Hierarchical)
 }
 

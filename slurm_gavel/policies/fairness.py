@@ -56,12 +56,23 @@ class MaxMinFairness(MaxMinPolicy):
 
 
 class FinishTimeFairness(LinearPolicy):
-    """Minimize the largest finish-time fairness ratio rho (Themis).
+    """Minimize the largest finish-time fairness ratio rho (Themis, as in Gavel).
 
-    rho_m = (t_m + s_m / throughput(m, X)) / (t_m + s_m / throughput(m, X_isolated)),
-    t_m the time since arrival and s_m the steps remaining.  Weights scale
-    rho (a job of weight 2 counts its slowdown twice).  rho is convex in X
-    (inv_pos), so this is a conic problem: Clarabel solves it in one go.
+        rho_m = (t_m + s_m / throughput(m, X)) / (e_m + s_m / throughput(m, X_isolated))
+
+    t_m the time since arrival, s_m the steps remaining, and e_m the
+    isolated-equivalent time of the work already done: the sum over past
+    calls of the steps done since the call before divided by the job's
+    isolated throughput at that call.  The denominator is the job's finish
+    time had it always held an isolated share; the numerator its finish
+    time here.  A job that has waited without progress has a small e_m and
+    so a large rho: it gets pushed.  e_m is state the policy keeps per job
+    id (`isolated_seconds`), as Gavel's does; a job first seen with work
+    already done (after a daemon restart, or in a one-off `slurm-gavel solve`)
+    starts at e_m = 0, which overstates its rho until it finishes.  Asking
+    again about an unchanged input adds nothing.  Weights scale rho (a job
+    of weight 2 counts its slowdown twice).  rho is convex in X (inv_pos),
+    so this is a conic problem: Clarabel solves it in one go.
 
     Pareto stage (see lp.py): rho_m <= R reads speedup_m >= scaled_m / (R -
     fixed_m), a floor on each job's normalized throughput.  With R the
@@ -76,8 +87,32 @@ class FinishTimeFairness(LinearPolicy):
     solvers = CONIC_SOLVERS
     second_stage = True
 
+    def __init__(self):
+        super().__init__()
+        self.isolated_seconds: dict[str, float] = {}
+        self._last: dict[str, tuple[float, float]] = {}    # job -> (steps remaining, isolated thr)
+
     def check(self, inp: PolicyInput):
         inp.require("steps_remaining", self.name)
+
+    def allocate(self, inp: PolicyInput):
+        self.check(inp)
+        self._account(inp)
+        return super().allocate(inp)
+
+    def _account(self, inp: PolicyInput):
+        """Add each job's work since the last call at the isolated share it had then."""
+        isolated = inp.isolated_throughputs()
+        seconds, last = {}, {}
+        for job, steps, thr in zip(inp.job_ids, inp.steps_remaining, isolated):
+            done = self.isolated_seconds.get(job, 0.0)
+            if job in self._last:
+                before, thr_before = self._last[job]
+                if before > steps and thr_before > 0:
+                    done += (before - steps) / thr_before
+            seconds[job], last[job] = done, (float(steps), float(thr))
+        # Jobs no longer in the input are finished (or gone): forget them.
+        self.isolated_seconds, self._last = seconds, last
 
     def formulate(self, program: AllocationProgram):
         fixed = cp.Parameter(program.n_jobs, nonneg=True, name="fixed")
@@ -121,10 +156,11 @@ class FinishTimeFairness(LinearPolicy):
 
     def parameters(self, inp: PolicyInput) -> dict:
         t, s = inp.time_since_arrival, inp.steps_remaining
+        done = np.array([self.isolated_seconds.get(job, 0.0) for job in inp.job_ids])
         isolated = inp.isolated_throughputs()
-        isolated_finish = t + s / isolated
-        # A job that arrived just now with nothing left to do has rho = 1
-        # whatever X is; it contributes nothing rather than 0/0.
+        isolated_finish = done + s / isolated
+        # A job with nothing done and nothing left has rho = 1 whatever X is;
+        # it contributes nothing rather than 0/0.
         scale = np.divide(inp.weights, isolated_finish, out=np.zeros_like(t),
                           where=isolated_finish > 0)
         return {"fixed": scale * t, "scaled": scale * s / isolated, "inv_isolated": 1.0 / isolated}

@@ -16,7 +16,7 @@ from slurm_gavel.policies import direct, make_policy
 
 from tests.support.inputs import assert_feasible, make_input, random_input
 
-POLICIES = ["max_min_fairness", "makespan", "max_throughput", "fifo", "sjf"]
+POLICIES = ["max_min_fairness", "makespan", "max_throughput", "fifo_ranked", "sjf"]
 
 
 def inner(policy):

@@ -228,10 +228,17 @@ def test_derived_arrays_and_the_type_blind_input_are_unchanged(seed):
     assert np.array_equal(inp.shared_throughputs,
                           np.where(inp.pair_feasible[:, :, None], np.nan_to_num(inp.pair_throughputs, nan=0.0), 0.0))
     blind = inp.type_blind()
-    mean = inp.solo_throughputs.sum(axis=1) / np.maximum(inp.feasible.sum(axis=1), 1)
-    pmean = inp.shared_throughputs.sum(axis=1) / np.maximum(inp.pair_feasible.sum(axis=1), 1)[:, None]
-    want = replace(inp, throughputs=np.where(inp.feasible, mean[:, None], 0.0),
-                   pair_throughputs=np.where(inp.pair_feasible[:, :, None], pmean[:, None, :], 0.0),
+    # every job at its speed on the reference type (the one jobs run nearest their best on)
+    solo = inp.solo_throughputs
+    ref = max(range(inp.n_types), key=lambda j: sum(solo[m, j] / solo[m].max() for m in range(inp.n_jobs)
+                                                  if solo[m].max() > 0))
+    speed = [solo[m, ref] if solo[m, ref] > 0 else solo[m].max() for m in range(inp.n_jobs)]
+    shared = inp.shared_throughputs
+    pspeed = [shared[p, ref] if inp.pair_feasible[p, ref] else shared[p, shared[p].sum(axis=1).argmax()]
+              for p in range(inp.n_pairs)]
+    want = replace(inp, throughputs=np.where(inp.feasible, np.array(speed)[:, None], 0.0),
+                   pair_throughputs=np.where(inp.pair_feasible[:, :, None],
+                                             np.array(pspeed).reshape(-1, 2)[:, None, :], 0.0),
                    unconsolidated_throughputs=np.full((inp.n_jobs, inp.n_types), np.nan))
     for name in PolicyInput.__dataclass_fields__:
         a, b = getattr(blind, name), getattr(want, name)

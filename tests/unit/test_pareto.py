@@ -25,7 +25,7 @@ from slurm_gavel.policies.program import AllocationProgram
 from slurm_gavel.policies.solver import solve
 from tests.support.pareto import EXACT, idle_while_waiting, inner, space_sharing_runs
 
-LP_POLICIES = ["max_min_fairness", "makespan", "fifo", "sjf", "max_throughput"]
+LP_POLICIES = ["max_min_fairness", "makespan", "fifo_ranked", "sjf", "max_throughput"]
 ALL = LP_POLICIES + ["finish_time_fairness"]
 
 

@@ -13,7 +13,7 @@ from slurm_gavel.policies import POLICIES, make_policy
 from slurm_gavel.policies.solver import LP_SOLVERS, solve
 
 SEED_T = [[40.0, 10.0], [12.0, 4.0], [100.0, 50.0]]
-LP_POLICIES = ["max_min_fairness", "finish_time_fairness", "fifo", "sjf", "makespan",
+LP_POLICIES = ["max_min_fairness", "finish_time_fairness", "fifo_ranked", "sjf", "makespan",
                "max_throughput", "min_cost", "min_cost_slo"]
 SPACE_SHARING = ["max_min_fairness", "finish_time_fairness", "makespan", "min_cost"]
 

@@ -9,9 +9,9 @@ from slurm_gavel.policies import POLICIES, make_policy
 from slurm_gavel.policies.lp import LinearPolicy
 from slurm_gavel.policies.symmetry import _ring, _transport, find_classes
 
-# FIFO ranks every job apart, so it never has two identical jobs.
+# The FIFO-ranked LP ranks every job apart, so it never has two identical jobs.
 LINEAR = sorted(name for name, cls in POLICIES.items()
-                if issubclass(cls, LinearPolicy) and name != "fifo")
+                if issubclass(cls, LinearPolicy) and name != "fifo_ranked")
 
 
 def workload(rng, kinds=4, copies=(1, 2, 3, 5), types=2, pairs=False, prices=True):
