@@ -28,7 +28,10 @@ cluster_procs="${GAVEL_CLUSTER_PROCESSES:-2}"
 # The same short folder name serves inside each chroot (its own /tmp); the pid keeps two runs of
 # this script on one host apart (pytest empties --basetemp first).
 basetemp="/tmp/gavel-test-$$"
-cluster_parallel=(--basetemp="$basetemp")
+# A cluster test that fails is run once more (pytest-rerunfailures) before it counts: they run
+# real daemons and trainings on two cores, where a wait now and then outlasts its timeout; the
+# summary line says "N rerun", so a test that needed it is seen (GAVEL_CLUSTER_RERUNS=0: none).
+cluster_parallel=(--basetemp="$basetemp" --reruns "${GAVEL_CLUSTER_RERUNS:-1}" --reruns-delay 5)
 [ "$cluster_procs" != 0 ] && cluster_parallel+=(-n "$cluster_procs" --dist loadfile)
 rc=0
 if [ "${1:-}" = "--fast" ]; then
