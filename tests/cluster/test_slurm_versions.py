@@ -119,9 +119,19 @@ def test_release_all_moves_every_held_gavel_job(jobs):
     assert all(set(_record(cli, j).partition.split(",")) <= {"p100", "k80"} for j in held)
 
 
-def test_job_states_agree_with_squeue_json(jobs):
+def test_job_states_agree_with_squeue_json(jobs, tmp_path):
     """The cheap poll between rounds (`squeue --only-job-state` on 23.11+) sees what
-    `squeue --json` sees: every job and its state."""
+    `squeue --json` sees, named as parse_jobs names them: every job and its state, an
+    array's pending tasks one by one, a heterogeneous job's components by their own ids."""
+    r = jobs.sbatch("-H", "--array=0-2", "-p", "v100", "--gres=gpu:1")
+    assert r.returncode == 0, r.stderr
+    array = jobs.ids[-1]
+    script = tmp_path / "het.sh"
+    script.write_text("#!/bin/bash\nsleep 300\n")
+    r = jobs.run(["sbatch", "--parsable", "-H", "--output=/dev/null", "-p", "v100", "--gres=gpu:1",
+                  ":", "-p", "k80", "--gres=gpu:1", str(script)], check=False)
+    assert r.returncode == 0, r.stderr
+    jobs.ids.append(r.stdout.strip().split(";")[0])
     r = jobs.sbatch("-H", "-p", "v100", "--gres=gpu:1")
     assert r.returncode == 0, r.stderr
     r = jobs.sbatch("-p", "k80", "--gres=gpu:1", script="sleep 0")
@@ -132,5 +142,8 @@ def test_job_states_agree_with_squeue_json(jobs):
     states = cli.job_states()
     full = {j.job_id: j.primary_state for j in parse_jobs(cli.squeue())}
     assert states[held] == "PENDING" and states[done] == "COMPLETED", states
+    assert all(states.get(f"{array}_{t}") == "PENDING" for t in range(3)), states
+    het = jobs.ids[-3]
+    assert states.get(het) == states.get(str(int(het) + 1)) == "PENDING", states
     assert {k: v for k, v in states.items() if k in full} == full
     assert set(full) <= set(states)

@@ -261,7 +261,8 @@ def test_explain_one_job_share_received_and_what_it_needs(tmp_path):
     assert "v100     share 0.60  asks 0:03:36  received 0:02:00" in out          # 0.6 x 360 s
     assert "k80      share 0.40  asks 0:02:24  received 0:00:00" in out
     assert "k80: 1 GPUs free, it should start there next round" in out
-    assert "v100: a priority above 1.5 (the lowest of the jobs running there; its own is 0.9)" in out
+    assert "v100: a priority above 1.5 (the lowest of the jobs running there; its own is 0.9; a tie " \
+        "keeps the running job)" in out
     data = json.loads(run("queue", "--db", str(db), "-j", "3", "--explain", "--json").stdout)
     assert data["jobid"] == "3" and [t for t in data["types"] if t["worker_type"] == "v100"] == [{
         "worker_type": "v100", "share": 0.6, "target_seconds": 216.0, "received_seconds": 120.0,
