@@ -27,7 +27,9 @@ parallel=()
 cluster_procs="${GAVEL_CLUSTER_PROCESSES:-2}"
 # The same short folder name serves inside each chroot (its own /tmp); the pid keeps two runs of
 # this script on one host apart (pytest empties --basetemp first).
-basetemp="/tmp/gavel-test-$$"
+# Short: a test's folder is BASETEMP/popen-gwN/<test name, 30 chars>N/..., and Slurm's socket
+# paths under it must stay within 107 characters (a 7-digit pid included).
+basetemp="/tmp/gv-$$"
 # A cluster test that fails is run once more (pytest-rerunfailures) before it counts: they run
 # real daemons and trainings on two cores, where a wait now and then outlasts its timeout; the
 # summary line says "N rerun", so a test that needed it is seen (GAVEL_CLUSTER_RERUNS=0: none).
