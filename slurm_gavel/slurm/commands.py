@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from ..core.errors import GavelError, InputError
-from .records import SACCT_FIELDS, _task_ids
+from .records import SACCT_FIELDS, task_ids
 
 log = logging.getLogger("slurm_gavel.slurm")
 T = TypeVar("T")
@@ -328,7 +328,7 @@ class SlurmCLI:
                 continue
             m = _ARRAY_SHOWN.match(shown)
             if m and m.group(3) is not None:
-                for task in _task_ids(m.group(3)):
+                for task in task_ids(m.group(3)):
                     states[f"{m.group(1)}_{task}"] = state
             elif m and m.group(2) is not None:
                 states[f"{m.group(1)}_{m.group(2)}"] = state

@@ -548,7 +548,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
     return jobs
 
 
-def _task_ids(spec: str) -> list[int]:
+def task_ids(spec: str) -> list[int]:
     """'0-3', '1,3,5-7', '0-15:4' or with a throttle '0-9%2' -> the task ids."""
     out: list[int] = []
     for part in spec.split("%")[0].split(","):
@@ -575,7 +575,7 @@ def _array_tasks(job: SlurmJob, raw: dict) -> list[SlurmJob]:
     task = number(raw.get("array_task_id"), None)
     spec = text(raw.get("array_task_string"))
     if spec:
-        return [replace(job, job_id=f"{array}_{t}") for t in _task_ids(spec)]
+        return [replace(job, job_id=f"{array}_{t}") for t in task_ids(spec)]
     if task is not None and 0 <= task < 4_000_000_000:   # (NaN: False)
         return [replace(job, job_id=f"{array}_{int(task)}")]
     return [job]
