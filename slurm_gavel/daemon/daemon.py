@@ -225,12 +225,16 @@ class Daemon:
 
     def _check_slurm_config(self, config) -> None:
         """Warn when slurm.conf would not requeue a checkpointed job held (`slurm-gavel doctor`
-        checks the rest)."""
+        checks the rest); tell the backend whether Slurm counts memory."""
         try:
-            hold = self.cli.config().get("RequeueExitHold", "")
+            conf = self.cli.config()
         except GavelError as e:
             log.warning("cannot read Slurm's configuration: %s", e)
             return
+        said = self.backend.count_memory(conf)
+        if said:
+            log.info("%s", said)
+        hold = conf.get("RequeueExitHold", "")
         if config.requeue_exit_code not in requeue_exit_codes(hold):
             log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
                         "will end instead of being requeued held. Add RequeueExitHold=%d.",

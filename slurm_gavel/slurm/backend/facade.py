@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Callable, Mapping
 
 from ...core.backend import Departure, JobState, Observation
 from ...core.errors import InputError
 from ...core.interfaces import Backend
 from ...core.plan import Assignment, RoundPlan, Server
-from ..capacity import cpu_shortage, free_gpus
+from ..capacity import cpu_shortage, free_gpus, memory_consumable
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
 from ..feasibility import accepts
 from ..flags import from_admin_comment
@@ -157,6 +158,16 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         self._partition_of = {wt: w.partition for wt, w in self.types.where.items()}
         self.snapshot = snapshots.at_start(nodes, self.types)
 
+    def count_memory(self, conf: Mapping[str, str]) -> str:
+        """Plan memory as a node's resource too when Slurm counts it (`scontrol show config`:
+        capacity.memory_consumable); says which, in words."""
+        memory = memory_consumable(conf)
+        self.snapshot = replace(self.snapshot, memory=memory)
+        if memory:
+            return (f"memory is consumable (SelectTypeParameters={conf.get('SelectTypeParameters')}): "
+                    "jobs are planned only where a node has their memory free too")
+        return ""
+
     # -- the last poll, as the daemon and the concerns read it ----------------------------
     @property
     def _jobs(self) -> Mapping[str, SlurmJob]:
@@ -187,7 +198,8 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
     # -- polling ---------------------------------------------------------------
     def poll(self) -> None:
         now = self.clock.now()
-        snap = snapshots.build(parse_jobs(self.cli.squeue()), parse_nodes(self.cli.nodes()), self.types)
+        snap = snapshots.build(parse_jobs(self.cli.squeue()), parse_nodes(self.cli.nodes()), self.types,
+                               self.snapshot.memory)
         gone = [job for job in dict.fromkeys([*self.snapshot.gavel, *sorted(self._unreconciled)])
                 if job not in snap.gavel]
         self.snapshot = snap
@@ -287,15 +299,16 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         return states, sizes
 
     def _servers(self) -> tuple[Server, ...]:
-        """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs such
-        jobs left free make up (capacity.free_gpus: a plain job on 1 GPU and every CPU
-        leaves none); none in a partition Slurm has not UP."""
+        """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs (and,
+        where Slurm counts it, the memory) such jobs left free make up (capacity.free_gpus: a
+        plain job on 1 GPU and every CPU leaves none); none in a partition Slurm has not UP."""
         servers = []
         for n in self._nodes:
             wt = self.snapshot.type_of.get(n.name)
             if wt is None or not n.usable or self._partition_of.get(wt) in self._closed:
                 continue
-            free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0))
+            free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0),
+                             self.snapshot.others_memory.get(n.name, 0.0) if self.snapshot.memory else 0.0)
             if free > 0:
                 servers.append(Server(n.name, wt, free))
         return tuple(servers)
@@ -382,7 +395,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         return out
 
     def _cpu_words(self, j: SlurmJob, nodes: frozenset[str] | None = None) -> str:
-        """Nodes with GPUs free for `j` but not its CPUs, in words (capacity.cpu_shortage):
+        """Nodes with GPUs free for `j` but not its CPUs (or memory), in words (capacity.cpu_shortage):
         of `nodes`, else of the nodes of its types it may run on."""
         if nodes is None:
             names = set(self.snapshot.type_of)
@@ -394,7 +407,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
             if other.running:
                 for n in other.nodes:
                     used[n] = used.get(n, 0) + other.gpus_on(n)
-        return cpu_shortage(j, self._nodes, used, nodes)
+        return cpu_shortage(j, self._nodes, used, nodes, self.snapshot.memory)
 
     # -- actions ---------------------------------------------------------------------
     def _placed(self, job: str) -> tuple[str, tuple[str, ...]]:
