@@ -646,7 +646,8 @@ class Daemon:
         (The backend's view of Slurm's nodes and jobs, as its last poll saw them.)"""
         rows = self._status()
         b = self.backend
-        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions, b.types),
+        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions, b.types,
+                                        b.closed_partitions),
                              rows)
         self.metrics.up.set(1)
         return rows

@@ -7,6 +7,7 @@ slurmctld would hurt the other tests.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from slurm_gavel.slurm.commands import SlurmCLI, SlurmUnreachable
 from tests.support.daemon import submit, write_config
+from tests.support.metrics import free_port, pick, scrape
 from tests.support.slurm import require_slurm, running_cluster
 
 
@@ -61,17 +63,43 @@ def jobs_of(cluster, ids) -> dict[str, tuple[str, str, str]]:
     return {p[0]: (p[1], p[2], p[3]) for p in (line.split() for line in out.splitlines()) if len(p) == 4}
 
 
+def gqueue_reason(tmp_path, job) -> str:
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(tmp_path / "gavel.db"),
+                           "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = {r["jobid"]: r for r in json.loads(done.stdout)["jobs"]}
+    return (rows.get(job) or {}).get("reason") or ""
+
+
+def explain_text(tmp_path, job) -> str:
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "explain", job, "--db",
+                           str(tmp_path / "gavel.db")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 # -- a partition DOWN ------------------------------------------------------------------------
 def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
     """v100 (the fastest type of the toy table) DOWN: every job runs on the other types,
-    none is released into v100 to fail with PartitionDown; UP again, it is used again."""
+    none is released into v100 to fail with PartitionDown; its GPUs are `down` in the
+    metrics, and a job that accepts v100 only waits saying why; UP again, it is used again."""
     cluster = clean
-    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+    port = free_port()
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, metrics_port=port)
     cluster.run(["scontrol", "update", "partitionname=v100", "state=down"])
     daemon = Daemon(config, tmp_path / "daemon.log")
     try:
         daemon.wait_for("partition v100 is DOWN in Slurm")
+        v100_only = submit(cluster, tmp_path, "convnet", 1, 300, flags="types=v100")
         ids = [submit(cluster, tmp_path, model, 4, 300) for model in ("convnet", "translation", "convnet")]
+        deadline = time.time() + 60
+        while time.time() < deadline and gqueue_reason(tmp_path, v100_only) != "partition v100 is DOWN":
+            time.sleep(1)
+        assert gqueue_reason(tmp_path, v100_only) == "partition v100 is DOWN", daemon.log()[-3000:]
+        assert "partition v100 is DOWN" in explain_text(tmp_path, v100_only)
+        samples = scrape(port)
+        assert pick(samples, "slurm_gavel_gpus", partition="v100", state="down") == 8, samples
+        assert pick(samples, "slurm_gavel_gpus", partition="v100", state="idle") == 0, samples
         deadline = time.time() + 120
         while time.time() < deadline:
             seen = jobs_of(cluster, ids)
@@ -96,6 +124,7 @@ def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
             time.sleep(1)
         else:
             pytest.fail(f"nothing runs on v100 once it is UP: {jobs_of(cluster, ids + more)}")
+        assert pick(scrape(port), "slurm_gavel_gpus", partition="v100", state="down") == 0
     finally:
         cluster.run(["scontrol", "update", "partitionname=v100", "state=up"], check=False)
         code = daemon.stop()

@@ -129,6 +129,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         # partition -> Slurm's state of it when not UP (DOWN, DRAIN, INACT): its GPUs are no
         # server, as a drained node's are (Slurm starts nothing there)
         self._closed: dict[str, str] = {}
+        self._types_of: dict[str, frozenset[str] | None] = {}   # job -> types it may run on (None: all)
         # job -> why its last start was taken back at once: a non-gavel job took the GPUs
         # planned for it between the plan and the start (shown by gqueue until it runs)
         self._taken: dict[str, str] = {}
@@ -282,6 +283,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 placement, hold = accepts(flags, placement, self._nodes, self.snapshot.type_of)
             if hold:
                 holds[job_id] = hold
+            self._types_of[job_id] = placement.worker_types if placement is not None else None
             sizes[job_id] = self._held_gpus(j, placement)
             states.append(JobState(
                 id=job_id, job_type=flags.model or UNKNOWN_MODEL,
@@ -296,7 +298,22 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 log.warning("job %s is not planned: %s", job_id, why)
         self._holds = holds
         self._bad_flags = bad
+        self._types_of = {job: t for job, t in self._types_of.items() if job in self._jobs}
         return states, sizes
+
+    @property
+    def closed_partitions(self) -> Mapping[str, str]:
+        """partition -> Slurm's state of it, for the types' partitions that are not UP."""
+        return dict(self._closed)
+
+    def _closed_words(self, job_id: str) -> str:
+        """Why a waiting job cannot run anywhere now, when every partition of the types it
+        may run on is closed in Slurm ("partition v100 is DOWN"); '' otherwise."""
+        types = self._types_of.get(job_id) or frozenset(self._partition_of)
+        parts = sorted({self._partition_of[wt] for wt in types if wt in self._partition_of})
+        if not parts or any(p not in self._closed for p in parts):
+            return ""
+        return "; ".join(f"partition {p} is {self._closed[p]}" for p in parts)
 
     def _servers(self) -> tuple[Server, ...]:
         """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs (and,
@@ -387,7 +404,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 out[job_id] = {"state": "PD", "gpus": 0, "detail": self._taken[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
-                detail = self._notes.get(job_id) or self._cpu_words(j)
+                detail = self._notes.get(job_id) or self._closed_words(job_id) or self._cpu_words(j)
                 if detail:
                     out[job_id]["detail"] = detail
             if job_id in self._progress_refused:
