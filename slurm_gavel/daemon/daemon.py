@@ -512,8 +512,8 @@ class Daemon:
 
     def _policy_refused(self, new) -> str | None:
         """Why the policy `new` names cannot solve for the jobs in the queue now (e.g.
-        finish_time_fairness and a job without steps=: every solve would fail and every job
-        fall back to equal shares), or None."""
+        makespan and a job without steps=: every solve would fail and every job fall back to
+        equal shares), or None."""
         if resolve(new.policy).policy == resolve(self.config.policy).policy or self.engine.input is None:
             return None
         name, inp = resolve(new.policy).policy, self.engine.input
