@@ -225,12 +225,16 @@ class Daemon:
 
     def _check_slurm_config(self, config) -> None:
         """Warn when slurm.conf would not requeue a checkpointed job held (`slurm-gavel doctor`
-        checks the rest)."""
+        checks the rest); tell the backend whether Slurm counts memory."""
         try:
-            hold = self.cli.config().get("RequeueExitHold", "")
+            conf = self.cli.config()
         except GavelError as e:
             log.warning("cannot read Slurm's configuration: %s", e)
             return
+        said = self.backend.count_memory(conf)
+        if said:
+            log.info("%s", said)
+        hold = conf.get("RequeueExitHold", "")
         if config.requeue_exit_code not in requeue_exit_codes(hold):
             log.warning("slurm.conf has RequeueExitHold=%s, but preempted jobs exit with %d: they "
                         "will end instead of being requeued held. Add RequeueExitHold=%d.",
@@ -508,8 +512,8 @@ class Daemon:
 
     def _policy_refused(self, new) -> str | None:
         """Why the policy `new` names cannot solve for the jobs in the queue now (e.g.
-        finish_time_fairness and a job without steps=: every solve would fail and every job
-        fall back to equal shares), or None."""
+        makespan and a job without steps=: every solve would fail and every job fall back to
+        equal shares), or None."""
         if resolve(new.policy).policy == resolve(self.config.policy).policy or self.engine.input is None:
             return None
         name, inp = resolve(new.policy).policy, self.engine.input
@@ -642,7 +646,8 @@ class Daemon:
         (The backend's view of Slurm's nodes and jobs, as its last poll saw them.)"""
         rows = self._status()
         b = self.backend
-        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions, b.types),
+        self.metrics.cluster(gpu_states(b._nodes, b._jobs.values(), b._others_gpus, b.partitions, b.types,
+                                        b.closed_partitions),
                              rows)
         self.metrics.up.set(1)
         return rows

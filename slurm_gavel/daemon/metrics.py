@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector,
                                ProcessCollector, start_http_server)
@@ -87,14 +87,16 @@ class TimedPolicy:
 
 
 def gpu_states(nodes, gavel_jobs: Iterable, others: Mapping[str, int],
-               partitions: Mapping[str, str], types=None) -> dict[tuple[str, str, str], int]:
+               partitions: Mapping[str, str], types=None,
+               closed: Collection[str] = ()) -> dict[tuple[str, str, str], int]:
     """GPUs per (partition, gpu_type, state) of the scheduler's partitions.
 
     `nodes`: Slurm's nodes (records.SlurmNode); `gavel_jobs`: gavel's jobs as Slurm lists
     them (records.SlurmJob: running, nodes, GPUs per node); `others`: node -> GPUs held by
     jobs that are not gavel's; `partitions`: partition -> GPU type.  A node counts once,
     in the first of its partitions the scheduler uses (as the backend types it).  A down or
-    drained node's GPUs are all "down"; on the others each GPU is gavel's, another job's,
+    drained node's GPUs are all "down", and so are those of a partition in `closed` (Slurm
+    has it DOWN, DRAIN or INACT: it starts nothing there); on the others each GPU is gavel's, another job's,
     or idle.  With `types` (gputypes.TypeMap) a node counts under its type's partition and
     its own type: a partition of mixed GPU nodes has a series per type."""
     on_node: dict[str, int] = {}
@@ -115,7 +117,7 @@ def gpu_states(nodes, gavel_jobs: Iterable, others: Mapping[str, int],
             if p is None:
                 continue
             key = (p, partitions[p])
-        if not n.usable:
+        if not n.usable or key[0] in closed:
             out[(*key, "down")] += n.gpus
             continue
         gavel = min(n.gpus, on_node.get(n.name, 0))
@@ -136,7 +138,7 @@ class Metrics:
         PlatformCollector(registry=r)
         self.gpus = Gauge("slurm_gavel_gpus", "GPUs of the scheduler's partitions by state: "
                           "gavel (gavel jobs run on them), other (non-gavel jobs), idle, down "
-                          "(node down or drained)", ["partition", "gpu_type", "state"], registry=r)
+                          "(node down or drained, or its partition not UP)", ["partition", "gpu_type", "state"], registry=r)
         self.jobs = Gauge("slurm_gavel_jobs", "gavel jobs by state: running (Slurm runs it), "
                           "released (not started yet), held_back (the daemon does not plan it "
                           "now), pending", ["state"], registry=r)

@@ -60,10 +60,12 @@ class DevCluster:
                  ctld_port: int = DEFAULT_CTLD_PORT, slurmd_port: int = DEFAULT_SLURMD_PORT,
                  job_submit_lua=None, requeue_exit_hold: int = 85, accounting: bool = False,
                  mixed: str | None = None, shards: int = 0, shard_flags: str = "",
-                 select_parameters: str = "", sockets: int = 0, bind_shards: bool = True):
+                 select_parameters: str = "", sockets: int = 0, bind_shards: bool = True,
+                 memory: bool = False):
         if select_parameters and not re.fullmatch(r"[A-Z_]+(,[A-Z_]+)*", str(select_parameters)):
             raise InputError("select_parameters", f"{select_parameters!r}: NAME[,NAME...] in capitals")
         self.select_parameters = str(select_parameters)
+        self.memory = bool(memory)          # CR_Core_Memory (render_slurm_conf)
         if mixed is not None and not TYPE_NAME.match(str(mixed)):
             raise InputError("mixed", f"partition name {mixed!r}: use lowercase letters, digits and _")
         self.mixed = mixed
@@ -207,7 +209,7 @@ class DevCluster:
                                  bool(self.job_submit_lua), self.requeue_exit_hold,
                                  self.dbd_port if self.accounting else None, mixed=self.mixed,
                                  shards=self.shards, select_parameters=self.select_parameters,
-                                 sockets=self.sockets)
+                                 sockets=self.sockets, memory=self.memory)
 
     def _record(self, name: str, pid: int):
         state = self._load_state()

@@ -31,7 +31,7 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
                       slurmd_port: int, job_submit: bool = False,
                       requeue_exit_hold: int = 85, dbd_port: int | None = None,
                       mixed: str | None = None, shards: int = 0, select_parameters: str = "",
-                      sockets: int = 0) -> str:
+                      sockets: int = 0, memory: bool = False) -> str:
     """slurm.conf of a cluster in `directory` (an absolute path); no I/O.  With `dbd_port`,
     accounting through the slurmdbd listening there (see `render_slurmdbd_conf`); with
     `mixed`, one partition of that name with every node instead of one per GPU type.  With
@@ -39,7 +39,9 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
     (docs/space-sharing.md).  `select_parameters` are added to SelectTypeParameters
     (e.g. "MULTIPLE_SHARING_GRES_PJ", 23.11+).  With `sockets`, each node has that many
     sockets of equal cores, one thread per core (`socket_layout`), which gres.conf binds
-    its GPUs to."""
+    its GPUs to.  With `memory`, memory is consumable too (CR_Core_Memory, as on clusters
+    that enforce it): a job without --mem gets DefMemPerCPU, 2048 MB a CPU (a node's
+    RealMemory, 4096 MB a GPU, is its CPUs' worth), not the whole node."""
     d = str(directory)
     nodes = node_list(types)
     lines = [
@@ -63,7 +65,9 @@ def render_slurm_conf(directory, types: Mapping[str, tuple[int, int]], ctld_port
         "SlurmdParameters=config_overrides",
         "GresTypes=gpu,shard" if shards else "GresTypes=gpu",
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=" + ",".join(["CR_Core"] + ([select_parameters] if select_parameters else [])),
+        "SelectTypeParameters=" + ",".join(["CR_Core_Memory" if memory else "CR_Core"]
+                                           + ([select_parameters] if select_parameters else [])),
+        *(["DefMemPerCPU=2048"] if memory else []),
         *(["# No cgroups (23.02+, e.g. 24.11: cgroup.conf says CgroupPlugin=disabled). No accounting:",
            "# AccountingStorageType is left at its default, none, on every version."]
           if dbd_port is None else [

@@ -1,6 +1,8 @@
 """Fairness policies: max-min fairness (LAS) and finish-time fairness (Themis)."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from .lazy import cvxpy as cp
@@ -12,6 +14,8 @@ from .solver import CONIC_SOLVERS, LP_SOLVERS, Compiled, solve
 # Clarabel's rho is accurate to about 1e-8 (relative); the Pareto stage keeps
 # rho within this of it.
 RHO_SLACK = 1e-6
+
+log = logging.getLogger("slurm_gavel.policies")
 
 
 class MaxMinFairness(MaxMinPolicy):
@@ -80,6 +84,13 @@ class FinishTimeFairness(LinearPolicy):
     throughputs above those floors (with lp.py's tie-break), so no job can
     finish sooner without another finishing later, and the interior-point
     answer's arbitrary spread over ties is replaced by the LP's one optimum.
+
+    A job whose total work is unknown (no steps=: s_m NaN) has no finish time.  It is taken
+    to have run at its isolated share since it arrived and to have as much left as it did
+    (e_m = s_m / isolated = t_m): rho_m = w_m (1 + 1 / speedup_m) / 2, 1 at its isolated
+    share, whatever its age.  It is thus shared out as max-min fairness would (a floor on
+    its normalized throughput), never pushed for having waited nor left out; said once per
+    job (`unknown_work`), not each call.
     """
 
     name = "finish_time_fairness"
@@ -91,14 +102,25 @@ class FinishTimeFairness(LinearPolicy):
         super().__init__()
         self.isolated_seconds: dict[str, float] = {}
         self._last: dict[str, tuple[float, float]] = {}    # job -> (steps remaining, isolated thr)
+        self.unknown_work: set[str] = set()     # jobs without steps= already said
 
     def check(self, inp: PolicyInput):
-        inp.require("steps_remaining", self.name)
+        """Every input solves: a job without steps_remaining gets the rho of the class docstring."""
 
     def allocate(self, inp: PolicyInput):
-        self.check(inp)
+        self._say_unknown(inp)
         self._account(inp)
         return super().allocate(inp)
+
+    def _say_unknown(self, inp: PolicyInput):
+        """One line for the jobs without steps= not said before (a job said once, ever)."""
+        unknown = [job for job, s in zip(inp.job_ids, inp.steps_remaining) if np.isnan(s)]
+        new = [job for job in unknown if job not in self.unknown_work]
+        if new:
+            log.info("%s: job(s) %s%s have no steps= (total work unknown): each gets the share "
+                     "max-min fairness would give it (rho as if it ran at its isolated share)",
+                     self.name, ", ".join(new[:10]), " ..." if len(new) > 10 else "")
+        self.unknown_work = set(unknown)
 
     def _account(self, inp: PolicyInput):
         """Add each job's work since the last call at the isolated share it had then."""
@@ -161,6 +183,11 @@ class FinishTimeFairness(LinearPolicy):
         isolated_finish = done + s / isolated
         # A job with nothing done and nothing left has rho = 1 whatever X is;
         # it contributes nothing rather than 0/0.
+        known = ~np.isnan(s)
         scale = np.divide(inp.weights, isolated_finish, out=np.zeros_like(t),
-                          where=isolated_finish > 0)
-        return {"fixed": scale * t, "scaled": scale * s / isolated, "inv_isolated": 1.0 / isolated}
+                          where=known & (isolated_finish > 0))
+        # unknown work: e_m = s_m / isolated = t_m, so rho = w (t + t / speedup) / 2t
+        half = np.where(known, 0.0, inp.weights / 2)
+        return {"fixed": np.where(known, scale * t, half),
+                "scaled": np.where(known, scale * np.nan_to_num(s) / isolated, half),
+                "inv_isolated": 1.0 / isolated}

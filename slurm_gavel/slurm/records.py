@@ -235,6 +235,10 @@ class SlurmJob:
     cpus_per_node: int | None = None
     memory_per_node: float | None = None      # MB
     memory_per_cpu: float | None = None       # MB
+    # --mem-per-gpu (squeue's memory_per_tres "gres:gpu:5000", 24.11 "gres/gpu:5000"); MB.
+    # It wins over the two above: 22.05 lists DefMemPerCPU as memory_per_cpu beside it, 24.11
+    # its total on the node as memory_per_node.
+    memory_per_gpu: float | None = None
     exclusive: bool = False
     dependency: str = ""
     features: str = ""                        # the --constraint expression
@@ -330,11 +334,14 @@ class SlurmJob:
 
     @property
     def memory_needed(self) -> float | None:
-        """MB it asks of each node (per node, or per CPU times its CPUs per node), None if unset."""
+        """MB it asks of each node (per GPU times its GPUs per node, per node, or per CPU times
+        its CPUs per node), None if unset."""
+        if self.memory_per_gpu:
+            return self.memory_per_gpu * max(1, self.gpus)
         if self.memory_per_node:
             return self.memory_per_node
         if self.memory_per_cpu:
-            return self.memory_per_cpu * max(1, self.cpus_per_node or 1)
+            return self.memory_per_cpu * max(1, self.cpus_needed)
         return None
 
     @property
@@ -358,6 +365,7 @@ class SlurmNode:
     shards: int = 0                      # gres/shard of the node (all its GPUs together)
     shard_sockets: int = 0               # sockets its shards are bound to (gres.conf Cores=)
     alloc_cpus: int = 0                  # CPUs running jobs hold of it (every job's; 0 unknown)
+    alloc_memory: float = 0.0            # MB running jobs hold of it (AllocMem; 0 where not consumable)
 
     @property
     def usable(self) -> bool:
@@ -397,6 +405,16 @@ def _positive(value: Any) -> float | None:
     """A number that is set and > 0, else None (22.05's null, 24.11's unset or 0 objects)."""
     n = number(value, None)
     return n if n is not None and 0 < n < float("inf") else None
+
+
+_MEM_PER_GPU = re.compile(r"(?:^|,)gres[:/]gpu(?::[^:,]*)?:(\d{1,12})(?:,|$)")
+
+
+def _memory_per_gpu(value: Any) -> float | None:
+    """--mem-per-gpu in MB from squeue's memory_per_tres ('gres:gpu:5000' on 22.05,
+    'gres/gpu:5000' on 24.11+); None when it asks none."""
+    m = _MEM_PER_GPU.search(text(value))
+    return float(m.group(1)) or None if m else None
 
 
 def _exclusive(job: dict) -> bool:
@@ -531,6 +549,7 @@ def parse_jobs(data: dict) -> list[SlurmJob]:
             cpus_per_node=int(_positive(j.get("minimum_cpus_per_node")) or 0) or None,
             memory_per_node=_positive(j.get("memory_per_node")),
             memory_per_cpu=_positive(j.get("memory_per_cpu")),
+            memory_per_gpu=_memory_per_gpu(j.get("memory_per_tres")),
             exclusive=_exclusive(j),
             dependency="" if text(j.get("dependency")) == "(null)" else text(j.get("dependency")),
             features="&".join(text(f) for f in j["features"]) if isinstance(j.get("features"), list)
@@ -667,7 +686,8 @@ def parse_nodes(data: dict) -> list[SlurmNode]:
                                cpus=int(cpus) if cpus else None, features=_names(features),
                                shards=_node_shards(n.get("gres")),
                                shard_sockets=shard_sockets(n.get("gres")),
-                               alloc_cpus=_count(n.get("alloc_cpus"))))
+                               alloc_cpus=_count(n.get("alloc_cpus")),
+                               alloc_memory=_positive(n.get("alloc_memory")) or 0.0))
     return nodes
 
 

@@ -8,6 +8,9 @@ except under CI (the CI variable set), where that is a failure: CI must run them
 `slurm_shard_cluster`: a small cluster with gres/shard on every GPU (space sharing), started
 only when a test asks for it.
 
+`slurm_memory_cluster`: a small cluster where Slurm counts memory (CR_Core_Memory,
+DefMemPerCPU=2048), started only when a test asks for it.
+
 `slurm_accounting_cluster`: a second, smaller cluster with accounting (its own MariaDB and
 slurmdbd; sacct, sacctmgr, associations enforced), started only when a test asks for it.
 
@@ -21,7 +24,7 @@ import pytest
 
 from slurm_gavel.devcluster import DEFAULT_TYPES, default_job_submit_lua
 
-from tests.support.slurm import (ACCOUNTING_TYPES, SHARD_TYPES, SHARDS_PER_GPU, require_slurm,
+from tests.support.slurm import (ACCOUNTING_TYPES, MEMORY_TYPES, SHARD_TYPES, SHARDS_PER_GPU, require_slurm,
                                  running_cluster, shard_job_submit_lua)
 
 
@@ -39,6 +42,14 @@ def slurm_shard_cluster(tmp_path_factory):
     lua = shard_job_submit_lua(tmp_path_factory.mktemp("shard-lua"))
     with running_cluster(tmp_path_factory.mktemp("shard"), SHARD_TYPES, job_submit_lua=lua,
                          shards=SHARDS_PER_GPU) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def slurm_memory_cluster(tmp_path_factory):
+    require_slurm()
+    with running_cluster(tmp_path_factory.mktemp("mem"), MEMORY_TYPES,
+                         job_submit_lua=default_job_submit_lua(), memory=True) as cluster:
         yield cluster
 
 

@@ -1,5 +1,5 @@
 """What Slurm's own state does to the daemon: a partition set DOWN, slurmctld gone, and a
-policy switched by SIGHUP that cannot solve for the jobs in the queue.
+switch by SIGHUP to finish_time_fairness with jobs that have no steps=.
 
 Real local clusters: the session's (a partition DOWN and UP again, jobs of root's only),
 and for slurmctld stopped a private one-node cluster, since stopping the session's
@@ -7,6 +7,7 @@ slurmctld would hurt the other tests.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from slurm_gavel.slurm.commands import SlurmCLI, SlurmUnreachable
 from tests.support.daemon import submit, write_config
+from tests.support.metrics import free_port, pick, scrape
 from tests.support.slurm import require_slurm, running_cluster
 
 
@@ -61,17 +63,43 @@ def jobs_of(cluster, ids) -> dict[str, tuple[str, str, str]]:
     return {p[0]: (p[1], p[2], p[3]) for p in (line.split() for line in out.splitlines()) if len(p) == 4}
 
 
+def gqueue_reason(tmp_path, job) -> str:
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(tmp_path / "gavel.db"),
+                           "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = {r["jobid"]: r for r in json.loads(done.stdout)["jobs"]}
+    return (rows.get(job) or {}).get("reason") or ""
+
+
+def explain_text(tmp_path, job) -> str:
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "explain", job, "--db",
+                           str(tmp_path / "gavel.db")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 # -- a partition DOWN ------------------------------------------------------------------------
 def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
     """v100 (the fastest type of the toy table) DOWN: every job runs on the other types,
-    none is released into v100 to fail with PartitionDown; UP again, it is used again."""
+    none is released into v100 to fail with PartitionDown; its GPUs are `down` in the
+    metrics, and a job that accepts v100 only waits saying why; UP again, it is used again."""
     cluster = clean
-    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
+    port = free_port()
+    config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, metrics_port=port)
     cluster.run(["scontrol", "update", "partitionname=v100", "state=down"])
     daemon = Daemon(config, tmp_path / "daemon.log")
     try:
         daemon.wait_for("partition v100 is DOWN in Slurm")
+        v100_only = submit(cluster, tmp_path, "convnet", 1, 300, flags="types=v100")
         ids = [submit(cluster, tmp_path, model, 4, 300) for model in ("convnet", "translation", "convnet")]
+        deadline = time.time() + 60
+        while time.time() < deadline and gqueue_reason(tmp_path, v100_only) != "partition v100 is DOWN":
+            time.sleep(1)
+        assert gqueue_reason(tmp_path, v100_only) == "partition v100 is DOWN", daemon.log()[-3000:]
+        assert "partition v100 is DOWN" in explain_text(tmp_path, v100_only)
+        samples = scrape(port)
+        assert pick(samples, "slurm_gavel_gpus", partition="v100", state="down") == 8, samples
+        assert pick(samples, "slurm_gavel_gpus", partition="v100", state="idle") == 0, samples
         deadline = time.time() + 120
         while time.time() < deadline:
             seen = jobs_of(cluster, ids)
@@ -96,6 +124,7 @@ def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
             time.sleep(1)
         else:
             pytest.fail(f"nothing runs on v100 once it is UP: {jobs_of(cluster, ids + more)}")
+        assert pick(scrape(port), "slurm_gavel_gpus", partition="v100", state="down") == 0
     finally:
         cluster.run(["scontrol", "update", "partitionname=v100", "state=up"], check=False)
         code = daemon.stop()
@@ -104,32 +133,41 @@ def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
 
 
 # -- a policy switch that cannot solve ------------------------------------------------------
-def test_a_switch_to_finish_time_fairness_with_a_job_without_steps_is_refused(clean, tmp_path):
+def test_a_switch_to_finish_time_fairness_with_jobs_without_steps_keeps_solving(clean, tmp_path):
+    """finish_time_fairness gives a job without steps= (total work unknown) the share max-min
+    fairness would (docs/policies.md): a switch to it is taken, with such a job in the queue
+    and with one arriving after it, every solve succeeds, and the policy says it once a job."""
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, policy="max_min_fairness")
     daemon = Daemon(config, tmp_path / "daemon.log")
+
+    def no_steps(model):
+        # no steps=: finish_time_fairness cannot know when it would finish
+        return cluster.run(["sbatch", "--parsable", "--gres=gpu:1", "-o", str(tmp_path / "out-%j.txt"),
+                            f"--export=ALL,TOTAL=300,JOBDIR={tmp_path},GAVEL_PROGRESS_DIR={tmp_path / 'progress'}",
+                            "--comment", f"gavel model={model}", str(tmp_path / "job.sh")]
+                           ).stdout.strip().split(";")[0]
     try:
         daemon.wait_for(" kept, ")
         with_steps = submit(cluster, tmp_path, "convnet", 1, 300)
-        # no steps=: finish_time_fairness cannot know when it would finish
-        without = cluster.run(["sbatch", "--parsable", "--gres=gpu:1", "-o", str(tmp_path / "out-%j.txt"),
-                               f"--export=ALL,TOTAL=300,JOBDIR={tmp_path},GAVEL_PROGRESS_DIR={tmp_path / 'progress'}",
-                               "--comment", "gavel model=translation", str(tmp_path / "job.sh")]
-                              ).stdout.strip().split(";")[0]
+        without = no_steps("translation")
         daemon.wait_for(f"job {without}: started")
         daemon.wait_for(f"job {with_steps}: started")
         config.write_text(config.read_text().replace('"max_min_fairness"', '"finish_time_fairness"'))
         before = len(daemon.log())
         daemon.proc.send_signal(signal.SIGHUP)
-        at = daemon.wait_for("reload: keeping policy max_min_fairness", after=before)
-        line = daemon.log()[at:].splitlines()[0]
-        assert f"job(s) {without} have none" in line and "steps=" in line, line
-        # a job arriving now still gets a share of the old policy's solve
-        later = submit(cluster, tmp_path, "convnet", 1, 300)
-        daemon.wait_for(f"job {later}: started", after=at)
-        daemon.wait_for(" kept, ", after=len(daemon.log()))
-        assert "policy solve failed" not in daemon.log()[before:], daemon.log()[before:]
-        assert "policy max_min_fairness" in daemon.log()[at:]
+        daemon.wait_for("policy finish_time_fairness", after=before)
+        said = daemon.wait_for(f"job(s) {without} have no steps=", after=before)
+        # a job without steps= arriving now is planned and started too
+        later = no_steps("convnet")
+        daemon.wait_for(f"job {later}: started", after=said)
+        daemon.wait_for(f"job(s) {later} have no steps=", after=said)
+        end = len(daemon.log())
+        at = daemon.wait_for(" kept, ", after=end)
+        daemon.wait_for(" kept, ", after=at + 1)          # two more rounds
+        log = daemon.log()[before:]
+        assert "policy solve failed" not in log and "keeping policy" not in log, log
+        assert log.count("have no steps=") == 2, log          # once a job, not every round
     finally:
         code = daemon.stop()
     assert code == 0, daemon.log()[-3000:]

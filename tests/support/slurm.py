@@ -71,6 +71,9 @@ def running_cluster(directory, types, **kw):
 
 ACCOUNTING_TYPES = {"v100": (1, 4), "k80": (1, 4)}
 
+# Memory counted by Slurm (CR_Core_Memory, DefMemPerCPU=2048; RealMemory 16384 a node)
+MEMORY_TYPES = {"p100": (2, 4), "k80": (2, 4)}
+
 # Space sharing (docs/space-sharing.md): gres/shard on every GPU, and the repository's
 # job_submit.lua with GAVEL_SHARDS_PER_GPU set, so that one-GPU gavel jobs ask shards.
 SHARD_TYPES = {"v100": (1, 4), "k80": (1, 4)}

@@ -194,7 +194,7 @@ BAD = {
     "pair with unknown job": (mutated(lambda d: d.update(
         pairs=[{"jobs": ["0", "42"], "throughputs": {"v100": [1, 1]}}])), "las",
         "pairs[0].jobs[1]: unknown job '42'"),
-    "needs steps": (SEED, "finish_time_fairness", "jobs[0].steps_remaining: is required"),
+    "needs steps": (SEED, "makespan", "jobs[0].steps_remaining: is required"),
     "needs prices": (SEED, "min_cost", "worker_types.k80.price_per_hour"),
     "no space sharing": (SEED, "isolated --space-sharing", "--space-sharing: policy isolated"),
 }

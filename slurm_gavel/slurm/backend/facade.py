@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Callable, Mapping
 
 from ...core.backend import Departure, JobState, Observation
 from ...core.errors import InputError
 from ...core.interfaces import Backend
 from ...core.plan import Assignment, RoundPlan, Server
-from ..capacity import cpu_shortage, free_gpus
+from ..capacity import cpu_shortage, free_gpus, memory_consumable
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
 from ..feasibility import accepts
 from ..flags import from_admin_comment
@@ -128,6 +129,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         # partition -> Slurm's state of it when not UP (DOWN, DRAIN, INACT): its GPUs are no
         # server, as a drained node's are (Slurm starts nothing there)
         self._closed: dict[str, str] = {}
+        self._types_of: dict[str, frozenset[str] | None] = {}   # job -> types it may run on (None: all)
         # job -> why its last start was taken back at once: a non-gavel job took the GPUs
         # planned for it between the plan and the start (shown by gqueue until it runs)
         self._taken: dict[str, str] = {}
@@ -156,6 +158,16 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         self.worker_types = self.types.worker_types
         self._partition_of = {wt: w.partition for wt, w in self.types.where.items()}
         self.snapshot = snapshots.at_start(nodes, self.types)
+
+    def count_memory(self, conf: Mapping[str, str]) -> str:
+        """Plan memory as a node's resource too when Slurm counts it (`scontrol show config`:
+        capacity.memory_consumable); says which, in words."""
+        memory = memory_consumable(conf)
+        self.snapshot = replace(self.snapshot, memory=memory)
+        if memory:
+            return (f"memory is consumable (SelectTypeParameters={conf.get('SelectTypeParameters')}): "
+                    "jobs are planned only where a node has their memory free too")
+        return ""
 
     # -- the last poll, as the daemon and the concerns read it ----------------------------
     @property
@@ -187,7 +199,8 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
     # -- polling ---------------------------------------------------------------
     def poll(self) -> None:
         now = self.clock.now()
-        snap = snapshots.build(parse_jobs(self.cli.squeue()), parse_nodes(self.cli.nodes()), self.types)
+        snap = snapshots.build(parse_jobs(self.cli.squeue()), parse_nodes(self.cli.nodes()), self.types,
+                               self.snapshot.memory)
         gone = [job for job in dict.fromkeys([*self.snapshot.gavel, *sorted(self._unreconciled)])
                 if job not in snap.gavel]
         self.snapshot = snap
@@ -270,6 +283,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 placement, hold = accepts(flags, placement, self._nodes, self.snapshot.type_of)
             if hold:
                 holds[job_id] = hold
+            self._types_of[job_id] = placement.worker_types if placement is not None else None
             sizes[job_id] = self._held_gpus(j, placement)
             states.append(JobState(
                 id=job_id, job_type=flags.model or UNKNOWN_MODEL,
@@ -284,18 +298,34 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 log.warning("job %s is not planned: %s", job_id, why)
         self._holds = holds
         self._bad_flags = bad
+        self._types_of = {job: t for job, t in self._types_of.items() if job in self._jobs}
         return states, sizes
 
+    @property
+    def closed_partitions(self) -> Mapping[str, str]:
+        """partition -> Slurm's state of it, for the types' partitions that are not UP."""
+        return dict(self._closed)
+
+    def _closed_words(self, job_id: str) -> str:
+        """Why a waiting job cannot run anywhere now, when every partition of the types it
+        may run on is closed in Slurm ("partition v100 is DOWN"); '' otherwise."""
+        types = self._types_of.get(job_id) or frozenset(self._partition_of)
+        parts = sorted({self._partition_of[wt] for wt in types if wt in self._partition_of})
+        if not parts or any(p not in self._closed for p in parts):
+            return ""
+        return "; ".join(f"partition {p} is {self._closed[p]}" for p in parts)
+
     def _servers(self) -> tuple[Server, ...]:
-        """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs such
-        jobs left free make up (capacity.free_gpus: a plain job on 1 GPU and every CPU
-        leaves none); none in a partition Slurm has not UP."""
+        """Each usable node's GPUs that no non-gavel job holds, at most those the CPUs (and,
+        where Slurm counts it, the memory) such jobs left free make up (capacity.free_gpus: a
+        plain job on 1 GPU and every CPU leaves none); none in a partition Slurm has not UP."""
         servers = []
         for n in self._nodes:
             wt = self.snapshot.type_of.get(n.name)
             if wt is None or not n.usable or self._partition_of.get(wt) in self._closed:
                 continue
-            free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0))
+            free = free_gpus(n, self._others_gpus.get(n.name, 0), self.snapshot.others_cpus.get(n.name, 0),
+                             self.snapshot.others_memory.get(n.name, 0.0) if self.snapshot.memory else 0.0)
             if free > 0:
                 servers.append(Server(n.name, wt, free))
         return tuple(servers)
@@ -374,7 +404,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
                 out[job_id] = {"state": "PD", "gpus": 0, "detail": self._taken[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
-                detail = self._notes.get(job_id) or self._cpu_words(j)
+                detail = self._notes.get(job_id) or self._closed_words(job_id) or self._cpu_words(j)
                 if detail:
                     out[job_id]["detail"] = detail
             if job_id in self._progress_refused:
@@ -382,7 +412,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         return out
 
     def _cpu_words(self, j: SlurmJob, nodes: frozenset[str] | None = None) -> str:
-        """Nodes with GPUs free for `j` but not its CPUs, in words (capacity.cpu_shortage):
+        """Nodes with GPUs free for `j` but not its CPUs (or memory), in words (capacity.cpu_shortage):
         of `nodes`, else of the nodes of its types it may run on."""
         if nodes is None:
             names = set(self.snapshot.type_of)
@@ -394,7 +424,7 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
             if other.running:
                 for n in other.nodes:
                     used[n] = used.get(n, 0) + other.gpus_on(n)
-        return cpu_shortage(j, self._nodes, used, nodes)
+        return cpu_shortage(j, self._nodes, used, nodes, self.snapshot.memory)
 
     # -- actions ---------------------------------------------------------------------
     def _placed(self, job: str) -> tuple[str, tuple[str, ...]]:

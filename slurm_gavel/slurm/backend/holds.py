@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
 from ...core.plan import Assignment, Placement
-from ..capacity import cpus_of, gpus_kept
+from ..capacity import cpus_of, gpus_kept, memory_of
 from ..feasibility import judge
 from ..flags import admin_flags, admin_status, with_status
 from ..records import SlurmJob
@@ -114,14 +114,15 @@ def held_gpus(snap: Snapshot, j: SlurmJob, placement: Placement | None) -> int:
     """GPUs the job keeps from others: its own, or (--exclusive) every GPU of the largest
     node it may run on, so that the plan leaves that node to it alone; a one-node job asking
     more CPUs than its GPUs' share of a node keeps the GPUs whose CPUs it takes, on the node
-    it may run on where that is most (capacity.gpus_kept)."""
+    it may run on where that is most (capacity.gpus_kept), and so for memory where Slurm
+    counts it (`snap.memory`)."""
     allowed = placement.servers if placement is not None else None
     mine = [n for n in snap.nodes if n.name in snap.type_of and (allowed is None or n.name in allowed)]
     if j.exclusive:
         return max([max(1, j.total_gpus)] + [n.gpus for n in mine])
     if j.reshapeable or j.node_count > 1:
         return max(1, j.total_gpus)
-    return max([max(1, j.total_gpus)] + [gpus_kept(j, n) for n in mine if n.gpus >= j.gpus])
+    return max([max(1, j.total_gpus)] + [gpus_kept(j, n, snap.memory) for n in mine if n.gpus >= j.gpus])
 
 
 def could_hold(snap: Snapshot, j: SlurmJob, names: frozenset[str]) -> bool:
@@ -144,7 +145,7 @@ def could_hold(snap: Snapshot, j: SlurmJob, names: frozenset[str]) -> bool:
 def taken_from(snap: Snapshot, j: SlurmJob, a: Assignment) -> str:
     """Why the released, pending `j` cannot start where it was planned ("" if it can):
     a non-gavel job holds GPUs of a planned node that the plan counted as free, or the
-    CPUs it needs there."""
+    CPUs (or, counted, the memory) it needs there."""
     gavel: dict[str, int] = {}
     for other in snap.gavel.values():
         if other.running and other.job_id != j.job_id:
@@ -162,6 +163,10 @@ def taken_from(snap: Snapshot, j: SlurmJob, a: Assignment) -> str:
             cpus = snap.others_cpus.get(name, 0)
             if cpus > 0 and j.cpus_needed > n.cpus - cpus - cpus_of(ours, name):
                 short.append(f"{name} ({cpus} of its {n.cpus} CPUs)")
+        elif snap.memory and n is not None and n.memory and (j.memory_needed or 0) > n.memory - n.alloc_memory:
+            mem = snap.others_memory.get(name, 0.0)
+            if mem > 0 and (j.memory_needed or 0) > n.memory - mem - memory_of(ours, name):
+                short.append(f"{name} ({mem:.0f} of its {n.memory:.0f} MB memory)")
     return ", ".join(short)
 
 

@@ -4,7 +4,7 @@ A poll is one `squeue --json` and one `scontrol show nodes --json` (records.py p
 them).  The snapshot keeps every job listed (gavel or not, finished ones too: their end
 is read from them), the nodes, the gavel jobs Slurm lists as active (those whose
 AdminComment the job_submit plugin marked ``gavel:``), the GPUs non-gavel jobs hold on
-each node (and the CPUs they hold there), which running jobs hold each GPU (node, gres_detail IDX), and each node's GPU
+each node (and the CPUs and memory they hold there), which running jobs hold each GPU (node, gres_detail IDX), and each node's GPU
 type.  A snapshot never changes: what the backend knows of a job after acting on it
 ("as Slurm has it now, until the next poll") is a new snapshot (`with_job`).
 """
@@ -33,6 +33,10 @@ class Snapshot:
     type_of: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # node -> CPUs non-gavel jobs hold there, from their own records (the same squeue)
     others_cpus: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # node -> MB non-gavel jobs hold there (what they ask per node), and whether Slurm counts
+    # memory at all (capacity.memory_consumable): only then does it limit placement
+    others_memory: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    memory: bool = False
 
     @cached_property
     def node_named(self) -> Mapping[str, SlurmNode]:
@@ -51,18 +55,20 @@ class Snapshot:
         return replace(self, gavel=MappingProxyType({**self.gavel, job.job_id: job}))
 
 
-def at_start(nodes: Iterable[SlurmNode], types: TypeMap) -> Snapshot:
+def at_start(nodes: Iterable[SlurmNode], types: TypeMap, memory: bool = False) -> Snapshot:
     """Before the first poll: the nodes only (read once when the backend is made)."""
     nodes = tuple(nodes)
-    return Snapshot(nodes=nodes, type_of=MappingProxyType(types.node_types(nodes)))
+    return Snapshot(nodes=nodes, type_of=MappingProxyType(types.node_types(nodes)), memory=memory)
 
 
-def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap) -> Snapshot:
-    """The snapshot of one poll's jobs and nodes."""
+def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap,
+          memory: bool = False) -> Snapshot:
+    """The snapshot of one poll's jobs and nodes (`memory`: Slurm counts memory)."""
     jobs, nodes = tuple(jobs), tuple(nodes)
     gavel: dict[str, SlurmJob] = {}
     others: dict[str, int] = {}
     cpus: dict[str, int] = {}
+    mem: dict[str, float] = {}
     users: dict[tuple[str, str], list[str]] = {}
     for j in jobs:
         if j.running:
@@ -76,9 +82,11 @@ def build(jobs: Iterable[SlurmJob], nodes: Iterable[SlurmNode], types: TypeMap) 
             for n in j.nodes:                  # as Slurm split them (4+2 for --gpus=6)
                 others[n] = others.get(n, 0) + j.gpus_on(n)
                 cpus[n] = cpus.get(n, 0) + -(-j.cpus // len(j.nodes))
+                mem[n] = mem.get(n, 0.0) + (j.memory_needed or 0.0)
     return Snapshot(jobs, nodes, MappingProxyType(gavel), MappingProxyType(others),
                     MappingProxyType({k: tuple(v) for k, v in users.items()}),
-                    MappingProxyType(types.node_types(nodes)), MappingProxyType(cpus))
+                    MappingProxyType(types.node_types(nodes)), MappingProxyType(cpus),
+                    MappingProxyType(mem), memory)
 
 
 def id_order(job_id: str) -> tuple[int, int]:
