@@ -89,7 +89,7 @@ def test_two_ranks_preempted_through_the_wrapper_resume_bitwise(tmp_path):
     # 1: USR2 to the wrapper as soon as it catches it, before the ranks do: held back,
     # then forwarded to each rank once that rank catches it
     proc = launch(tmp_path, env, port, "--slow", "0.2")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while not catches(proc.pid, signal.SIGUSR2):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
         time.sleep(0.01)
@@ -158,12 +158,12 @@ def test_the_wrapper_forwards_the_signal_exits_85_and_leaves_no_process(tmp_path
                              "--num_processes", "1", "--cpu", "--mixed_precision", "no",
                              "--dynamo_backend", "no", str(script)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not descendants_alive(marker):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
         time.sleep(0.1)
     proc.send_signal(signal.SIGUSR2)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 85, out
     assert descendants_alive(marker) == []
     assert descendants_alive(str(script)) == []
@@ -175,7 +175,7 @@ def test_the_wrapper_passes_a_failure_on(tmp_path):
     done = subprocess.run([sys.executable, "-m", "slurm_gavel.job.accelerate", "launch",
                            "--num_processes", "1", "--cpu", "--mixed_precision", "no",
                            "--dynamo_backend", "no", str(script)], env=env_for(tmp_path, job=False),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode not in (0, 85), done.stderr
     assert subprocess.run([sys.executable, "-m", "slurm_gavel.job.accelerate"],
                           env=env_for(tmp_path, job=False), capture_output=True).returncode == 2
@@ -212,11 +212,11 @@ def test_the_wrapper_ends_everything_on_term(tmp_path):
                              "--num_processes", "1", "--cpu", "--mixed_precision", "no",
                              "--dynamo_backend", "no", str(script)], env=env_for(tmp_path, job=False),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not descendants_alive(marker):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
         time.sleep(0.1)
     proc.terminate()
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert descendants_alive(marker) == [] and descendants_alive(str(script)) == []

@@ -11,7 +11,7 @@ import pytest
 
 from slurm_gavel.slurm.checkjob import Options, check_job, interpreter
 
-FAST = Options(start_timeout=60, save_timeout=30, grace=1.0)
+FAST = Options(start_timeout=300, save_timeout=120, grace=1.0)
 
 # A torch-free loop through the real GavelIterator (quick to start), saving its state in JSON.
 LOOP = textwrap.dedent("""\
@@ -95,7 +95,7 @@ def test_too_few_steps_to_preempt(tmp_path):
 
 
 def test_no_shebang_is_said_and_keep_keeps_the_directory(tmp_path):
-    report = check_job(job(tmp_path, None, shebang=""), Options(start_timeout=60, grace=1.0,
+    report = check_job(job(tmp_path, None, shebang=""), Options(start_timeout=300, grace=1.0,
                                                                  keep=True), workdir=tmp_path)
     assert any("no #! line" in f.text for f in report.findings)
     assert report.directory is not None and (report.directory / "job.log").exists()
@@ -113,7 +113,7 @@ def test_the_template_job_passes(tmp_path):
     pytest.importorskip("torch")
     script = write(tmp_path, "a3c.sh", f"#!/bin/bash\nexec {sys.executable} -m "
                                        "slurm_gavel.job.templates a3c --steps 100000\n")
-    report = check_job(script, Options(start_timeout=120, save_timeout=60, grace=1.0),
+    report = check_job(script, Options(start_timeout=300, save_timeout=120, grace=1.0),
                        workdir=tmp_path)
     assert report.ok, texts(report)
 

@@ -120,7 +120,7 @@ def test_trainer_preempted_three_times_resumes_bitwise(tmp_path):
 
     # 1: the signal comes while the script is still setting up (after catch_signal_early)
     proc = start(tmp_path, env, *common)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not catches_usr2(proc.pid):
         assert proc.poll() is None and time.monotonic() < deadline, "never caught USR2"
         time.sleep(0.02)

@@ -53,7 +53,7 @@ def start(out: Path, env: dict, total=TOTAL) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def signal_after(proc: subprocess.Popen, out: Path, new_steps: int, rank=0, timeout=60):
+def signal_after(proc: subprocess.Popen, out: Path, new_steps: int, rank=0, timeout=300):
     """Send SIGUSR2 once the job has logged `new_steps` more steps (its handler is in place)."""
     before = len(log_lines(out, rank))
     deadline = time.monotonic() + timeout
@@ -64,7 +64,7 @@ def signal_after(proc: subprocess.Popen, out: Path, new_steps: int, rank=0, time
     os.kill(proc.pid, signal.SIGUSR2)
 
 
-def finish(proc: subprocess.Popen, timeout=120) -> tuple[int, str]:
+def finish(proc: subprocess.Popen, timeout=300) -> tuple[int, str]:
     _, err = proc.communicate(timeout=timeout)
     return proc.returncode, err
 

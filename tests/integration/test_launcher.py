@@ -31,7 +31,7 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 STEPS = 60
 
 
-def _wait(what, check, timeout=120.0):
+def _wait(what, check, timeout=300.0):
     deadline = time.time() + timeout
     while not (value := check()):
         assert time.time() < deadline, f"timed out waiting for {what}"
@@ -204,7 +204,7 @@ def test_the_parser_keeps_the_command_as_given_and_messages_are_printable(tmp_pa
                                                       "--lr", "1"]
     result = subprocess.run([sys.executable, "-m", "slurm_gavel.job.launcher", "--",
                              str(tmp_path / "no\x1b[31msuch")], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert result.returncode == 127
     assert "\x1b" not in result.stderr and "slurm-gavel run: cannot start" in result.stderr
 
@@ -214,7 +214,7 @@ def test_the_slurm_gavel_run_command(tmp_path):
     import subprocess
     import sys
     run = lambda *cmd: subprocess.run([sys.executable, "-m", "slurm_gavel", "run", "--", *cmd],
-                                      capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                                      capture_output=True, text=True, timeout=300, cwd=tmp_path)
     done = run("sh", "-c", "exit 85")
     assert done.returncode == 85 and "exiting 85 (requeue held)" in done.stderr
     assert "failed" not in done.stderr

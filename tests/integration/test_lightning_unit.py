@@ -100,7 +100,7 @@ def test_the_module_imports_without_lightning():
             "m.catch_signal_early()\n"
             "try:\n    m.GavelCallback()\nexcept ImportError as e:\n    print('refused:', e)\n")
     done = subprocess.run([sys.executable, "-c", code], env=_env(None, job=None), capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "refused: GavelCallback needs lightning.pytorch or pytorch_lightning" in done.stdout
 
@@ -257,5 +257,5 @@ def test_off_slurm_nothing_is_caught(tmp_path):
             "m.catch_signal_early()\n"
             "print(signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL)\n")
     done = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path, job=None),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "True", done.stderr
