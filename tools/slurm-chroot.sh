@@ -34,6 +34,12 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "slurm-chroot: needs root (debootstrap, chroot, mounts)" >&2
     exit 2
 fi
+# One build at a time per root: a second command that finds the root being built (test.sh's
+# passes start side by side, two checkouts share /var/tmp) waits for it instead of building
+# into the same folder.  The lock is dropped once the root is ready (fd 9 closed below).
+mkdir -p "$(dirname "$CHROOT")"
+exec 9>"$LOG.lock"
+flock 9
 # A marker written after a whole build (the sbin links point into the root's /etc/alternatives).
 if [ ! -e "$CHROOT/.slurm-gavel-root" ]; then
     if ! command -v debootstrap >/dev/null 2>&1; then
@@ -72,6 +78,7 @@ if [ -x /usr/sbin/mariadbd ]; then
         echo "$want" > "$CHROOT$MARIADB/VERSION"
     fi
 fi
+exec 9>&-
 VENV_PY="$ROOT/.venv/bin/python"
 [ -x "$VENV_PY" ] || { echo "slurm-chroot: no $VENV_PY (run tools/setup-env.sh first)" >&2; exit 2; }
 BASE="$("$VENV_PY" -c 'import sys; print(sys.base_prefix)')"

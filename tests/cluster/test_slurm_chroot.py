@@ -90,3 +90,23 @@ def test_a_cluster_in_the_root_with_the_same_directory_name_leaves_the_hosts_run
         assert host.run(["scontrol", "ping"], check=False).returncode == 0, "the host's slurmctld was stopped"
         assert "RUNNING" in host.run(["squeue", "-h", "-o", "%T", "-j", job]).stdout, \
             "the host's job was stopped"
+
+
+def test_a_second_command_waits_while_the_root_is_being_built(chroot):
+    """Two commands that find no root (test.sh's version passes start side by side, two
+    checkouts share /var/tmp) must not debootstrap into the same folder: the second waits on
+    the root's lock.  Here the lock is held as a build holds it, and the command waits."""
+    import fcntl
+    lock_path = Path("/var/tmp/slurm-gavel-trixie.lock")
+    chroot("true")                  # the root exists (built on first use)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.Popen(["bash", str(SCRIPT), "true"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(3)
+            assert proc.poll() is None, proc.communicate()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
