@@ -13,6 +13,7 @@ from slurm_gavel.core.clock import WallClock
 from slurm_gavel.core.plan import Assignment, RoundPlan
 from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI, SlurmCommandError
+from tests.support.waiting import wait_for
 
 TRAP = "#!/bin/bash\ntrap 'echo got > \"$OUT/sig-$SLURM_JOB_ID\"; exit 0' USR2\nwhile true; do sleep 1; done\n"
 
@@ -28,16 +29,6 @@ def sbatch(cluster, tmp_path, *args) -> str:
     env = dict(cluster.env, OUT=str(tmp_path))
     out = cluster.run(["sbatch", "--parsable", "-o", "/dev/null", *args], env=env, cwd=tmp_path).stdout
     return out.strip().split(";")[0]
-
-
-def wait_for(what, check, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, what
-        time.sleep(0.3)
 
 
 def states(cli) -> dict[str, str]:
@@ -56,8 +47,8 @@ def test_signals_go_in_chunks_and_a_refused_chunk_names_only_its_failed_job(clus
     jobs = [sbatch(cluster, tmp_path, "-p", "k80", str(tmp_path / "trap.sh")) for _ in range(5)]
     gone = sbatch(cluster, tmp_path, "-p", "k80", "--wrap", "true")
     cli = SlurmCLI(env=cluster.env, chunk=2)
-    wait_for("jobs running, one ended", lambda: all("RUNNING" in states(cli).get(j, "") for j in jobs)
-             and "COMPLETED" in states(cli).get(gone, ""))
+    wait_for(lambda: all("RUNNING" in states(cli).get(j, "") for j in jobs)
+             and "COMPLETED" in states(cli).get(gone, ""), what="jobs running, one ended")
     ids = jobs[:2] + [gone] + jobs[2:]          # the ended job in the second chunk
     before = cli.commands["scancel"]
     with pytest.raises(SlurmCommandError) as e:
@@ -65,7 +56,7 @@ def test_signals_go_in_chunks_and_a_refused_chunk_names_only_its_failed_job(clus
     assert cli.commands["scancel"] - before == 3          # 6 ids, 2 a call
     assert e.value.failed == (gone,), e.value             # its chunk's other job was signalled
     for job in jobs:                                       # every chunk was sent, the failed one too
-        wait_for(f"job {job} signalled", lambda job=job: (tmp_path / f"sig-{job}").exists(), 30)
+        wait_for(lambda job=job: (tmp_path / f"sig-{job}").exists(), 30, f"job {job} signalled")
 
 
 def test_a_chunk_that_times_out_is_tried_again_in_halves_and_reported(cluster, tmp_path):
@@ -121,8 +112,8 @@ def test_a_round_that_changes_nothing_costs_no_slurm_command_and_changes_cost_pe
     backend.observe()
     first = [Assignment((job,), "v100", (("v100-0", 1),)) for job in running]
     backend.execute(_plan(1, start=first), time.time() + 60)
-    wait_for("started", lambda: (backend.observe() and False) or all(
-        backend._jobs[j].running for j in running))
+    wait_for(lambda: (backend.observe() and False) or all(
+        backend._jobs[j].running for j in running), what="started")
 
     def acting() -> int:
         return sum(n for c, n in cli.commands.items() if c not in ("squeue", "sinfo", "scontrol show"))

@@ -14,11 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from tests.support.torch_import import import_torch
+from tests.support.waiting import wait_for
 
 from slurm_gavel.slurm.commands import SlurmCLI
 from slurm_gavel.slurm.records import parse_jobs
@@ -30,13 +30,6 @@ torch = import_torch()
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "job_templates" / "distributed" / "resnet18.sbatch"
 STEPS = 80
-
-
-@pytest.fixture
-def clean(slurm_cluster):
-    slurm_cluster.run(["scancel", "--user", "root"], check=False)
-    yield slurm_cluster
-    slurm_cluster.run(["scancel", "--user", "root"], check=False)
 
 
 def _equal(a, b) -> bool:
@@ -51,14 +44,6 @@ def _equal(a, b) -> bool:
 
 def _state(cluster, job) -> str:
     return cluster.run(["squeue", "-h", "-j", job, "-t", "all", "-o", "%T"]).stdout.strip()
-
-
-def _wait(what, check, timeout=240):
-    deadline = time.time() + timeout
-    while not (value := check()):
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-    return value
 
 
 def _steps(progress: Path) -> int:
@@ -97,20 +82,20 @@ def test_the_distributed_template_resumes_on_another_shape_with_the_same_result(
     assert record.tasks_per_gpu in (0, 1), record       # 22.05's JSON does not say (0)
     cli.reshape(job, "k80", ["k80-0", "k80-1"], 2, record.tasks_per_node(2))   # run 1: 2 nodes x 2 GPUs
     cli.release([job])
-    shape1 = _wait("run 1", lambda: cluster.run(["squeue", "-h", "-j", job, "-t", "R",
-                                                 "-o", "%P %D %N %b"]).stdout.strip())
-    _wait("steps of run 1", lambda: _steps(progress) >= 5)
+    shape1 = wait_for(lambda: cluster.run(["squeue", "-h", "-j", job, "-t", "R",
+                                           "-o", "%P %D %N %b"]).stdout.strip(), 240, "run 1")
+    wait_for(lambda: _steps(progress) >= 5, 240, "steps of run 1")
     cluster.run(["scancel", "--batch", "--signal=USR2", job])
-    _wait("the held requeue", lambda: _state(cluster, job) in ("SPECIAL_EXIT", "PENDING"))
+    wait_for(lambda: _state(cluster, job) in ("SPECIAL_EXIT", "PENDING"), 240, "the held requeue")
     stopped = _steps(progress)
     assert 5 <= stopped < STEPS
 
     cli.reshape(job, "v100", ["v100-1"], 4, record.tasks_per_node(4))           # run 2: 1 node x 4 GPUs
     cli.release([job])
-    shape2 = _wait("run 2", lambda: cluster.run(["squeue", "-h", "-j", job, "-t", "R",
-                                                 "-o", "%P %D %N %b"]).stdout.strip()
-                   or (_state(cluster, job) == "COMPLETED" and "done"))
-    _wait("the end", lambda: _state(cluster, job) in ("COMPLETED", "FAILED", "CANCELLED"), timeout=400)
+    shape2 = wait_for(lambda: cluster.run(["squeue", "-h", "-j", job, "-t", "R",
+                                           "-o", "%P %D %N %b"]).stdout.strip()
+                      or (_state(cluster, job) == "COMPLETED" and "done"), 240, "run 2")
+    wait_for(lambda: _state(cluster, job) in ("COMPLETED", "FAILED", "CANCELLED"), 400, "the end")
     log = (tmp_path / f"gavel-dist-a3c-{job}.out").read_text()
     assert _state(cluster, job) == "COMPLETED", log[-3000:]
 

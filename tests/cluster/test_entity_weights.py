@@ -2,14 +2,11 @@
 fairshare (sacctmgr shares), through the engine to the policy's input and its allocation."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
 from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.engine import Engine, build_policy_input
-from slurm_gavel.core.interfaces import Backend
 from slurm_gavel.core.recompute import Immediate
 from slurm_gavel.core.store import MemoryStore
 from slurm_gavel.estimator.table import TableThroughputs
@@ -17,28 +14,9 @@ from slurm_gavel.policies import make_policy
 from slurm_gavel.sim.simulator import SimulatedCluster
 
 from tests.support.engine import job, small_table
+from tests.support.users import Entities
 
 ENTITY = {"0": "physics", "1": "physics", "2": "chem", "3": "chem"}
-
-
-class Entities(Backend):
-    """A simulated cluster whose jobs belong to entities (as the Slurm backend's do: account)."""
-
-    def __init__(self, inner, entities):
-        self.inner, self.entities = inner, entities
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    quiet_until = property(lambda self: self.inner.quiet_until)
-    max_pair_gpus = property(lambda self: self.inner.max_pair_gpus)
-
-    def execute(self, plan, round_end):
-        self.inner.execute(plan, round_end)
-
-    def observe(self):
-        obs = self.inner.observe()
-        return replace(obs, jobs=tuple(replace(j, entity=self.entities[j.id]) for j in obs.jobs))
 
 
 def shares(allocation, entity):

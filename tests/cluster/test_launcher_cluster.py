@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,10 +22,10 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 from tests.support.slurm import move_job
 from tests.support.procs import MARKER, marked
 from tests.support.torch_import import import_torch
+from tests.support.waiting import job_info, wait_for
 
 from slurm_gavel.slurm.backend import RESTART_GUARD_SECONDS
 from slurm_gavel.slurm.commands import SlurmCLI
@@ -44,26 +43,6 @@ SCRIPT = """#!/bin/bash
 #SBATCH --output=job-%j.out
 exec {launch} {out} {steps}
 """
-
-
-@pytest.fixture
-def clean(slurm_cluster):
-    slurm_cluster.run(["scancel", "--user", "root"], check=False)
-    yield slurm_cluster
-    slurm_cluster.run(["scancel", "--user", "root"], check=False)
-
-
-def _info(cluster, job) -> dict:
-    out = cluster.run(["scontrol", "-o", "show", "job", job]).stdout
-    return dict(re.findall(r"(\w+)=(\S*)", out))
-
-
-def _wait(what, check, timeout=240.0):
-    deadline = time.time() + timeout
-    while not (value := check()):
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-    return value
 
 
 def _lines(path: Path) -> int:
@@ -104,24 +83,24 @@ def test_torchrun_through_the_launcher_is_preempted_moved_and_resumed_exactly(cl
     batches = tmp_path / "out" / "batches-0.log"
     log = tmp_path / f"job-{job}.out"
     for stop, partition in enumerate(types[1:], start=1):
-        _wait("running", lambda: _info(cluster, job)["JobState"] == "RUNNING")
+        wait_for(lambda: job_info(cluster, job)["JobState"] == "RUNNING", 240, "running")
         before = _lines(batches)
-        _wait("steps", lambda: _lines(batches) >= before + 8)
+        wait_for(lambda: _lines(batches) >= before + 8, 240, "steps")
         cli.signal([job], "USR2")                       # as the daemon preempts
-        info = _wait("the held requeue", lambda: (i := _info(cluster, job))["JobState"] in
-                     ("SPECIAL_EXIT", "PENDING") and i)
+        info = wait_for(lambda: (i := job_info(cluster, job))["JobState"] in
+                        ("SPECIAL_EXIT", "PENDING") and i, 240, "the held requeue")
         assert info["Reason"] == "JobHeldUser" and info["ExitCode"] == "85:0", (info, log.read_text()[-3000:])
-        assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
+        assert wait_for(lambda: not marked(marker), 30, "no process of the job left")
         assert before + 8 <= _lines(batches) < STEPS
         move_job(cluster.run, job, partition)
         time.sleep(RESTART_GUARD_SECONDS)
         cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
         cli.release([job])
-    info = _wait("the end", lambda: (i := _info(cluster, job))["JobState"] in
-                 ("COMPLETED", "FAILED", "CANCELLED") and i, timeout=400)
+    info = wait_for(lambda: (i := job_info(cluster, job))["JobState"] in
+                    ("COMPLETED", "FAILED", "CANCELLED") and i, 400, "the end")
     assert info["JobState"] == "COMPLETED", log.read_text()[-3000:]
     assert info["Restarts"] == "3"
-    assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
+    assert wait_for(lambda: not marked(marker), 30, "no process of the job left")
 
     text = log.read_text()
     assert text.count("slurm-gavel run: preempted: its 2 rank(s) checkpointed and exited 85") == 3, text[-3000:]
@@ -148,10 +127,10 @@ def test_plain_exec_torchrun_leaves_its_ranks_orphaned_on_this_proctrack(clean, 
     batches = tmp_path / "out" / "batches-0.log"
     orphans: dict[int, int] = {}
     try:
-        _wait("steps", lambda: _lines(batches) >= 5)
+        wait_for(lambda: _lines(batches) >= 5, 240, "steps")
         SlurmCLI(env=cluster.env).signal([job], "USR2")
-        info = _wait("the job's end", lambda: (i := _info(cluster, job))["JobState"] in
-                     ("FAILED", "COMPLETED", "CANCELLED", "SPECIAL_EXIT") and i)
+        info = wait_for(lambda: (i := job_info(cluster, job))["JobState"] in
+                        ("FAILED", "COMPLETED", "CANCELLED", "SPECIAL_EXIT") and i, 240, "the job's end")
         # torchrun died of the signal (no handler for USR2): not 85, not requeued held
         assert info["JobState"] == "FAILED" and info["ExitCode"] == "0:12", info
         time.sleep(3)                 # slurmstepd has ended what it tracks by now
@@ -159,14 +138,14 @@ def test_plain_exec_torchrun_leaves_its_ranks_orphaned_on_this_proctrack(clean, 
         assert len(orphans) == 2, orphans                # the two ranks, nothing else
         assert not set(orphans.values()) & set(orphans), orphans     # neither's parent is in the job
         done = _lines(batches)
-        _wait("the orphans training on", lambda: _lines(batches) > done, timeout=30)
+        wait_for(lambda: _lines(batches) > done, 30, "the orphans training on")
     finally:
         for pid in orphans:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    assert _wait("the orphans killed", lambda: not marked(marker), timeout=30)
+    assert wait_for(lambda: not marked(marker), 30, "the orphans killed")
 
 
 # srun's tasks take their place from Slurm's variables (slurm_gavel.job.distributed)
@@ -186,21 +165,21 @@ def test_srun_through_the_launcher_is_preempted_and_resumed_exactly(clean, tmp_p
     cli = SlurmCLI(env=cluster.env)
     batches = tmp_path / "out" / "batches-0.log"
     log = tmp_path / f"job-{job}.out"
-    _wait("steps", lambda: _lines(batches) >= 8)
+    wait_for(lambda: _lines(batches) >= 8, 240, "steps")
     cli.signal([job], "USR2")
-    info = _wait("the held requeue", lambda: (i := _info(cluster, job))["JobState"] in
-                 ("SPECIAL_EXIT", "PENDING") and i)
+    info = wait_for(lambda: (i := job_info(cluster, job))["JobState"] in
+                    ("SPECIAL_EXIT", "PENDING") and i, 240, "the held requeue")
     assert info["Reason"] == "JobHeldUser" and info["ExitCode"] == "85:0", (info, log.read_text()[-3000:])
-    assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
+    assert wait_for(lambda: not marked(marker), 30, "no process of the job left")
     assert 8 <= _lines(batches) < STEPS
     move_job(cluster.run, job, "v100")
     time.sleep(RESTART_GUARD_SECONDS)
     cluster.run(["scontrol", "update", f"jobid={job}", "StartTime=now"])
     cli.release([job])
-    info = _wait("the end", lambda: (i := _info(cluster, job))["JobState"] in
-                 ("COMPLETED", "FAILED", "CANCELLED") and i, timeout=400)
+    info = wait_for(lambda: (i := job_info(cluster, job))["JobState"] in
+                    ("COMPLETED", "FAILED", "CANCELLED") and i, 400, "the end")
     assert info["JobState"] == "COMPLETED", log.read_text()[-3000:]
-    assert _wait("no process of the job left", lambda: not marked(marker), timeout=30)
+    assert wait_for(lambda: not marked(marker), 30, "no process of the job left")
     assert "slurm-gavel run: preempted: the command checkpointed and exited 85" in log.read_text()
     for rank in range(2):
         final = torch.load(tmp_path / "out" / f"final-{rank}.pt", weights_only=False)

@@ -1,13 +1,6 @@
-"""`slurm-gavel replay`: sacct history -> trace -> each policy and what Slurm did.
-
-The parsers read recorded sacct output of Slurm 22.05 and 24.11 (tests/fixtures/history-
-VERSION.*, the same job mix recorded by record-history.sh on each) in both formats, and the
-22.05 JSON with its numbers rewritten as number objects (synthesized, not a recording: no
-recording has them in `time` or `job_id`, a parser must still take them).  The end-to-end
-test runs a mix of jobs on the real local cluster with accounting and replays that cluster's
-own sacct.
-
-The cases of tests/unit/test_replay.py that need a real Slurm cluster.
+"""`slurm-gavel replay` end to end: a mix of jobs on the real local cluster with accounting,
+that cluster's own sacct replayed. The cases of tests/unit/test_replay.py that need a real
+Slurm cluster (the parsers and the recorded sacct output they read are described there).
 """
 from __future__ import annotations
 

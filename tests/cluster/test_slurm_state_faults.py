@@ -7,7 +7,6 @@ slurmctld would hurt the other tests.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,43 +17,9 @@ from pathlib import Path
 import pytest
 
 from slurm_gavel.slurm.commands import SlurmCLI, SlurmUnreachable
-from tests.support.daemon import submit, write_config
+from tests.support.daemon import LoggedDaemon, explain, gqueue, submit, write_config
 from tests.support.metrics import free_port, pick, scrape
 from tests.support.slurm import require_slurm, running_cluster
-
-
-class Daemon:
-    """`slurm-gavel daemon` in a subprocess, its log in a file (read while it runs)."""
-
-    def __init__(self, config: Path, log: Path):
-        self.log_path = log
-        self.out = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config)],
-                                     stdout=self.out, stderr=subprocess.STDOUT, text=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def wait_for(self, text: str, timeout: float = 90, after: int = 0) -> int:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            at = self.log().find(text, after)
-            if at >= 0:
-                return at
-            assert self.proc.poll() is None, self.log()[-3000:]
-            time.sleep(0.3)
-        pytest.fail(f"{text!r} not in the daemon's log after {timeout} s:\n{self.log()[-3000:]}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.out.close()
-        return self.proc.returncode
 
 
 def jobs_of(cluster, ids) -> dict[str, tuple[str, str, str]]:
@@ -64,18 +29,7 @@ def jobs_of(cluster, ids) -> dict[str, tuple[str, str, str]]:
 
 
 def gqueue_reason(tmp_path, job) -> str:
-    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(tmp_path / "gavel.db"),
-                           "--json"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    rows = {r["jobid"]: r for r in json.loads(done.stdout)["jobs"]}
-    return (rows.get(job) or {}).get("reason") or ""
-
-
-def explain_text(tmp_path, job) -> str:
-    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "explain", job, "--db",
-                           str(tmp_path / "gavel.db")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return (gqueue(tmp_path).get(job) or {}).get("reason") or ""
 
 
 # -- a partition DOWN ------------------------------------------------------------------------
@@ -87,7 +41,7 @@ def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
     port = free_port()
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, metrics_port=port)
     cluster.run(["scontrol", "update", "partitionname=v100", "state=down"])
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log", timeout=90)
     try:
         daemon.wait_for("partition v100 is DOWN in Slurm")
         v100_only = submit(cluster, tmp_path, "convnet", 1, 300, flags="types=v100")
@@ -96,7 +50,7 @@ def test_a_partition_set_down_contributes_no_gpus(clean, tmp_path):
         while time.time() < deadline and gqueue_reason(tmp_path, v100_only) != "partition v100 is DOWN":
             time.sleep(1)
         assert gqueue_reason(tmp_path, v100_only) == "partition v100 is DOWN", daemon.log()[-3000:]
-        assert "partition v100 is DOWN" in explain_text(tmp_path, v100_only)
+        assert "partition v100 is DOWN" in explain(tmp_path, v100_only)
         samples = scrape(port)
         assert pick(samples, "slurm_gavel_gpus", partition="v100", state="down") == 8, samples
         assert pick(samples, "slurm_gavel_gpus", partition="v100", state="idle") == 0, samples
@@ -139,7 +93,7 @@ def test_a_switch_to_finish_time_fairness_with_jobs_without_steps_keeps_solving(
     and with one arriving after it, every solve succeeds, and the policy says it once a job."""
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, policy="max_min_fairness")
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log", timeout=90)
 
     def no_steps(model):
         # no steps=: finish_time_fairness cannot know when it would finish
@@ -185,7 +139,7 @@ def private_cluster(tmp_path_factory):
 def test_slurmctld_unreachable_is_said_as_such(private_cluster, tmp_path):
     cluster = private_cluster
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1, command_timeout_seconds=20)
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log", timeout=90)
     try:
         daemon.wait_for(" kept, ")
         pid = cluster.daemons()["slurmctld"]["pid"]
@@ -228,7 +182,7 @@ def test_a_deleted_wal_loses_nothing_and_an_older_copy_is_never_resumed(clean, t
     db = tmp_path / "gavel.db"
     config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1)
     gqueue = [sys.executable, "-m", "slurm_gavel", "queue", "--db", str(db)]
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log", timeout=90)
     try:
         daemon.wait_for(" kept, ")
         job = submit(cluster, tmp_path, "convnet", 1, 600)
@@ -288,7 +242,7 @@ def test_an_older_copy_put_in_place_under_a_running_daemon_stops_it(clean, tmp_p
     cluster = clean
     db = tmp_path / "gavel.db"
     config = write_config(tmp_path, cluster, round_seconds=3, tick_seconds=1)
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log", timeout=90)
     try:
         daemon.wait_for(" kept, ")
         job = submit(cluster, tmp_path, "convnet", 1, 600)

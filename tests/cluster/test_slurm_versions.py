@@ -7,8 +7,6 @@ accounting, and the cheap job-state poll agrees with `squeue --json`.
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from slurm_gavel.slurm.commands import SlurmCLI
@@ -16,6 +14,7 @@ from slurm_gavel.slurm.records import parse_jobs
 from slurm_gavel.slurm.undo import release_all
 
 from tests.support.jobs import Jobs
+from tests.support.waiting import wait_for
 
 # Run again on Slurm 24.11 and 26.05 by tools/test.sh (what differs between Slurm versions).
 pytestmark = pytest.mark.slurm24
@@ -26,17 +25,6 @@ def jobs(clean):
     j = Jobs(clean)
     yield j
     j.cancel_all()
-
-
-def _wait(what, probe, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.3)
 
 
 def _record(cli: SlurmCLI, job: str):
@@ -62,7 +50,7 @@ def test_a_reshaped_task_per_gpu_job_runs_a_task_per_gpu(jobs, tmp_path, partiti
         rec = _record(cli, job)
         assert "BadConstraints" not in rec.reason, f"job {job} can never run: {rec.reason}"
         return rec.primary_state in ("COMPLETED", "FAILED", "CANCELLED") and rec
-    rec = _wait(f"job {job} to end", ended)
+    rec = wait_for(ended, 90, f"job {job} to end")
     text = out.read_text()
     assert rec.primary_state == "COMPLETED", text
     assert f"ntasks=4 nodes={len(nodes)}" in text, text
@@ -111,7 +99,7 @@ def test_release_all_moves_every_held_gavel_job(jobs):
         r = jobs.sbatch("-p", "v100", "--gres=gpu:1", "--comment=gavel model=m")
         assert r.returncode == 0, r.stderr
     held = list(jobs.ids)
-    _wait("the plugin's holds", lambda: all("JobHeld" in _record(cli, j).reason for j in held))
+    wait_for(lambda: all("JobHeld" in _record(cli, j).reason for j in held), 90, "the plugin's holds")
     rows = [r for r in release_all(cli, partitions="p100,k80") if r["job"] in held]
     assert sorted(r["job"] for r in rows) == sorted(held)
     assert [r["error"] for r in rows] == [None] * len(held), rows

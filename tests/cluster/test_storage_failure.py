@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gavel.daemon.store import SqliteStore, StoreUnwritable
-from tests.support.daemon import queue, submit, write_config
+from tests.support.daemon import LoggedDaemon, submit, write_config
 
 ACTIONS = ("release:", "start on ", "hold:", "signal ", "requeuehold:")
 
@@ -60,41 +59,6 @@ def fill(mnt: Path) -> Path:
     return filler
 
 
-class Daemon:
-    """`slurm-gavel daemon` in a subprocess, its log in a file (read while it runs)."""
-
-    def __init__(self, config: Path, log: Path, *args):
-        self.log_path = log
-        self.out = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config),
-                                      *args], stdout=self.out, stderr=subprocess.STDOUT, text=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def wait_for(self, text: str, timeout: float = 60, after: int = 0) -> int:
-        """Wait until `text` is in the log past offset `after`; its offset."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            at = self.log().find(text, after)
-            if at >= 0:
-                return at
-            assert self.proc.poll() is None, self.log()[-3000:]
-            time.sleep(0.3)
-        pytest.fail(f"{text!r} not in the daemon's log after {timeout} s:\n{self.log()[-3000:]}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.out.close()
-        return self.proc.returncode
-
-
 def run_daemon(config: Path, *args, timeout=60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config), *args],
                           capture_output=True, text=True, timeout=timeout)
@@ -119,7 +83,7 @@ def state_of(cluster, job) -> tuple[str, str]:
 def test_a_second_daemon_on_the_same_database_exits_naming_the_first(clean, tmp_path):
     cluster = clean
     config = write_config(tmp_path, cluster, round_seconds=4, tick_seconds=1)
-    first = Daemon(config, tmp_path / "first.log")
+    first = LoggedDaemon(config, tmp_path / "first.log")
     try:
         first.wait_for(" kept, ")
         wait_pid_in_lock(tmp_path / "gavel.db", first.proc.pid)
@@ -148,7 +112,7 @@ def test_a_second_daemon_on_the_same_database_exits_naming_the_first(clean, tmp_
         first.proc.wait()
         first.out.close()
     # the kernel dropped the lock with the process: the next daemon starts
-    third = Daemon(config, tmp_path / "third.log")
+    third = LoggedDaemon(config, tmp_path / "third.log")
     try:
         third.wait_for(" kept, ")
         wait_pid_in_lock(tmp_path / "gavel.db", third.proc.pid)
@@ -193,7 +157,7 @@ def test_disk_full_and_immutable_files_under_a_running_daemon(clean, tmp_path, s
     cluster = clean
     db = small_fs / "gavel.db"
     config = write_config(tmp_path, cluster, database=str(db), round_seconds=3, tick_seconds=1)
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log")
     try:
         daemon.wait_for(" kept, ")
         first = submit(cluster, tmp_path, "convnet", 1, 60)
@@ -248,7 +212,7 @@ def test_the_database_and_its_directory_deleted_under_a_running_daemon(clean, tm
     state = tmp_path / "state"
     db = state / "gavel.db"
     config = write_config(tmp_path, cluster, database=str(db), round_seconds=3, tick_seconds=1)
-    daemon = Daemon(config, tmp_path / "daemon.log")
+    daemon = LoggedDaemon(config, tmp_path / "daemon.log")
     try:
         daemon.wait_for(" kept, ")
         first = submit(cluster, tmp_path, "convnet", 1, 30)

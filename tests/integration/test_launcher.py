@@ -14,13 +14,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from tests.support.procs import MARKER, marked
 from tests.support.torch_import import import_torch
+from tests.support.waiting import wait_for
 
 from slurm_gavel.job import launcher
 
@@ -29,14 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "jobs" / "tiny_train.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 STEPS = 60
-
-
-def _wait(what, check, timeout=300.0):
-    deadline = time.time() + timeout
-    while not (value := check()):
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def _lines(path: Path) -> int:
@@ -97,10 +89,10 @@ def test_preempted_three_times_the_run_ends_bitwise_equal_and_leaves_nothing(tmp
         run = Run(tmp_path, out)
         before = run.steps()
         if preemptions < 3:
-            _wait("steps", lambda: run.steps() >= before + 8 or run.proc.poll() is not None)
+            wait_for(lambda: run.steps() >= before + 8 or run.proc.poll() is not None, 300, "steps")
             os.kill(run.proc.pid, signal.SIGUSR2)
         code = run.wait()
-        assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
+        assert wait_for(lambda: not marked(run.marker), 15, "no process left")
         if preemptions == 3:
             assert code == 0, run.stderr()
             break
@@ -125,38 +117,38 @@ def test_preempted_three_times_the_run_ends_bitwise_equal_and_leaves_nothing(tmp
 
 def test_a_rank_that_crashes_is_a_failure_with_no_survivors(tmp_path):
     run = Run(tmp_path, tmp_path / "out")
-    _wait("steps", lambda: run.steps() >= 3)
-    torchrun = _wait("torchrun", lambda: launcher.descendants(run.proc.pid)[1:2])[0]
-    ranks = _wait("the ranks", lambda: len(k := [p for p in launcher.descendants(torchrun)
-                                                 if p in marked(run.marker)]) >= 2 and k)
+    wait_for(lambda: run.steps() >= 3, 300, "steps")
+    torchrun = wait_for(lambda: launcher.descendants(run.proc.pid)[1:2], 300, "torchrun")[0]
+    ranks = wait_for(lambda: len(k := [p for p in launcher.descendants(torchrun)
+                                       if p in marked(run.marker)]) >= 2 and k, 300, "the ranks")
     os.kill(ranks[-1], signal.SIGKILL)
     code = run.wait()
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
-    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
+    assert wait_for(lambda: not marked(run.marker), 15, "no process left")
 
 
 def test_a_failed_save_during_preemption_is_a_failure_with_no_survivors(tmp_path):
     run = Run(tmp_path, tmp_path / "out", TINY_CRASH_IN_SAVE="raise")
-    _wait("steps", lambda: run.steps() >= 3)
+    wait_for(lambda: run.steps() >= 3, 300, "steps")
     os.kill(run.proc.pid, signal.SIGUSR2)
     code = run.wait()
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
-    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
+    assert wait_for(lambda: not marked(run.marker), 15, "no process left")
     assert not any((tmp_path / "ckpt" / "4242").glob("step-*"))
 
 
 def test_sigkill_of_the_launcher_leaves_no_rank_alive(tmp_path):
     run = Run(tmp_path, tmp_path / "out")
-    _wait("steps", lambda: run.steps() >= 3)
+    wait_for(lambda: run.steps() >= 3, 300, "steps")
     assert len(marked(run.marker)) >= 4          # outer, supervisor, torchrun, 2 ranks
     os.kill(run.proc.pid, signal.SIGKILL)
     run.wait()
-    assert _wait("no process left", lambda: not marked(run.marker), timeout=30)
+    assert wait_for(lambda: not marked(run.marker), 30, "no process left")
 
 
 def test_sigkill_of_the_supervisor_leaves_no_rank_alive(tmp_path):
     run = Run(tmp_path, tmp_path / "out")
-    _wait("steps", lambda: run.steps() >= 3)
+    wait_for(lambda: run.steps() >= 3, 300, "steps")
     supervisor = launcher.descendants(run.proc.pid)[0]
     os.kill(supervisor, signal.SIGKILL)
     assert run.wait() == 128 + signal.SIGKILL        # the outer process ended the tree first
@@ -166,22 +158,22 @@ def test_sigkill_of_the_supervisor_leaves_no_rank_alive(tmp_path):
 
 def test_a_single_python_process_that_checkpoints_gives_85(tmp_path):
     run = Run(tmp_path, tmp_path / "out", command=[sys.executable])
-    _wait("steps", lambda: run.steps() >= 3)
+    wait_for(lambda: run.steps() >= 3, 300, "steps")
     os.kill(run.proc.pid, signal.SIGUSR2)
     assert run.wait() == launcher.REQUEUE_EXIT_CODE, run.stderr()
     assert "preempted: the command checkpointed and exited 85" in run.stderr()
-    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
+    assert wait_for(lambda: not marked(run.marker), 15, "no process left")
 
 
 def test_sigterm_is_forwarded_and_is_not_a_preemption(tmp_path):
     run = Run(tmp_path, tmp_path / "out")
-    _wait("steps", lambda: run.steps() >= 3)
+    wait_for(lambda: run.steps() >= 3, 300, "steps")
     os.kill(run.proc.pid, signal.SIGTERM)
     code = run.wait()
     assert code not in (0, launcher.REQUEUE_EXIT_CODE), run.stderr()
     # torchrun (first in line) passes SIGTERM on as well: a rank may be gone before its turn
     assert re.search(r"SIGTERM: sent to [123] process\(es\)", run.stderr()), run.stderr()
-    assert _wait("no process left", lambda: not marked(run.marker), timeout=15)
+    assert wait_for(lambda: not marked(run.marker), 15, "no process left")
 
 
 def test_the_outcome_rule():

@@ -1,5 +1,5 @@
 """The daemon on a local cluster, for the cluster tests: a preemptible batch job, its config,
-submit, start and stop."""
+submit, start and stop (its output piped, or written to a log file read while it runs)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +97,59 @@ def stop_daemon(proc: subprocess.Popen) -> tuple[int, str]:
         proc.kill()
         out, _ = proc.communicate()
     return proc.returncode, out
+
+
+class LoggedDaemon:
+    """`slurm-gavel daemon` in a subprocess, its log in a file (read while it runs); `timeout`:
+    how long `wait_for` waits and `stop` waits for the exit, unless told."""
+
+    def __init__(self, config: Path, log: Path, *args, timeout: float = 60):
+        self.log_path, self.timeout = log, timeout
+        self.out = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "slurm_gavel", "daemon", "--config", str(config),
+                                      *args], stdout=self.out, stderr=subprocess.STDOUT, text=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, text: str, timeout: float | None = None, after: int = 0) -> int:
+        """Wait until `text` is in the log past offset `after`; its offset."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            at = self.log().find(text, after)
+            if at >= 0:
+                return at
+            assert self.proc.poll() is None, self.log()[-3000:]
+            time.sleep(0.3)
+        pytest.fail(f"{text!r} not in the daemon's log after {timeout} s:\n{self.log()[-3000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+        return self.proc.returncode
+
+
+def gqueue(tmp: Path) -> dict[str, dict]:
+    """job -> its row of `slurm-gavel queue --json` on the database in `tmp`."""
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "queue", "--db", str(tmp / "gavel.db"),
+                           "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return {r["jobid"]: r for r in json.loads(done.stdout)["jobs"]}
+
+
+def explain(tmp: Path, job: str) -> str:
+    """What `slurm-gavel explain JOB` says on the database in `tmp`."""
+    done = subprocess.run([sys.executable, "-m", "slurm_gavel", "explain", job, "--db",
+                           str(tmp / "gavel.db")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def segments(tmp: Path, job: str) -> list[tuple[str, float]]:

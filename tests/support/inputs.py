@@ -45,6 +45,14 @@ def random_input(rng: np.random.Generator, n: int, k: int, pairs: int = 0,
     return make_input(t, counts, **fields)
 
 
+def relative_speeds(inp: PolicyInput) -> np.ndarray:
+    """Each job's throughput on each type over its best (0 where it cannot run): the `usable`
+    the engine hands plan_round."""
+    best = inp.solo_throughputs.max(axis=1, keepdims=True)
+    return np.divide(inp.solo_throughputs, best, out=np.zeros_like(best * inp.solo_throughputs),
+                     where=best > 0)
+
+
 def assert_feasible(alloc: Allocation, inp: PolicyInput, tol: float = TOL):
     """A feasible allocation: every share in [0, 1], each job's shares summing to at most 1,
     no type given more GPUs than it has, and infeasible entries at 0."""

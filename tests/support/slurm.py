@@ -29,6 +29,18 @@ def move_job(run, job, partition, **kw):
         raise AssertionError(f"{' '.join(args)}: {e.stderr}") from None
 
 
+def running(cluster) -> dict[str, str]:
+    """Running job -> its nodes, as Slurm says."""
+    out = cluster.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %N"]).stdout
+    return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+
+
+def only(cluster, gpu_type) -> list[str]:
+    """sbatch's -x for every node but those of `gpu_type`."""
+    return ["-x", ",".join(f"{t}-{i}" for t in cluster.types for i in range(cluster.types[t][0])
+                           if t != gpu_type)]
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 

@@ -22,7 +22,9 @@ def wait_job(cluster, job_id, states, timeout=60) -> dict:
 
 
 def wait_for(predicate, timeout=60, what="condition"):
+    """Poll `predicate` until it gives something true, and return that."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+    return value

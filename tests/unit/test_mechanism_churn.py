@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.inputs import make_input, random_input
+from tests.support.inputs import make_input, random_input, relative_speeds
 from slurm_gavel.core.mechanism import Churn, Ledger, Placement, Server, plan_round
 from slurm_gavel.core.model import Allocation
 from slurm_gavel.core.plan import Placement, Server
@@ -99,9 +99,7 @@ def test_no_gpu_idle_while_a_waiting_job_could_run_on_it(seed, n):
     alloc = make_policy("max_min_fairness").allocate(inp)
     srv = [Server("v100-a", "v100", 4), Server("p100-a", "p100", 4), Server("k80-a", "k80", 4),
            Server("k80-b", "k80", 4)]
-    best = inp.solo_throughputs.max(axis=1, keepdims=True)
-    usable = np.divide(inp.solo_throughputs, best, out=np.zeros_like(best * inp.solo_throughputs),
-                       where=best > 0)
+    usable = relative_speeds(inp)
     sf = dict(zip(inp.job_ids, inp.scale_factors.tolist()))
     ledger, previous = Ledger(types), ()
     for number in range(6):

@@ -1,15 +1,6 @@
 """A job preempted seconds after it started is signalled only once it has run
-`min_run_seconds` (at most half a round).
-
-A batch script signalled before it has set its trap dies of the signal and
-Slurm does not requeue it: seen 3-8 s after pairs started late in a round
-(docs/benchmarks.md, the mixed workload with pairs).  On the real cluster,
-through the daemon's own objects: a job that sets its trap 4 s after it
-starts, preempted about a second after Slurm lists it running.  With the
-guard off it fails; with it on, the signal waits, the trap is set, and Slurm
-requeues the job held.  The rule's arithmetic on a recorded queue beside it.
-
-The cases of tests/cluster/test_min_run.py that need no Slurm cluster.
+`min_run_seconds` (at most half a round): the cases of tests/cluster/test_min_run.py that need
+no Slurm cluster (why a job signalled before it set its trap is lost is told there).
 """
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Where Slurm puts a pair's two halves, on the real shard cluster (docs/space-sharing.md).
-
-Slurm gives a shard job the first GPU of its node, in gres.conf order, with room for its
-count (select/cons_tres `_pick_shared_gres_topo`, 22.05 and 24.11 alike).  A pair
-released onto a node with no GPU free for both halves waits in Slurm, and each half is
-placed on its own as room appears (a job leaving half a GPU, then another): the halves
-split.  That was the cause of the split pairs of bench/mixed_workload.py on 24.11
-(pairs released while the jobs they replaced were still checkpointing).  The backend
-releases a pair only where the first GPU with room for a half has room for both, and no
-job is leaving a GPU before it; the pairs of one node go one after another within the
-same poll (each once Slurm has placed the previous one), and a pair's survivor blocks
-only a pair that first fit would put on its GPU.
-
-The cases of tests/cluster/test_pair_placement.py that need no Slurm cluster.
+"""Where Slurm puts a pair's two halves (docs/space-sharing.md): the cases of
+tests/cluster/test_pair_placement.py that need no Slurm cluster (what Slurm does, and why the
+backend releases a pair only where both halves fit, is told there).
 """
 from __future__ import annotations
 

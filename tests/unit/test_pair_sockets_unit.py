@@ -1,16 +1,6 @@
 """Pairs on a node whose GPUs are bound to sockets (gres.conf Cores=), docs/space-sharing.md
-"Sockets".
-
-Slurm picks a job's cores first, then its GPU among those on the sockets of its cores
-(select/cons_tres `_pick_shared_gres`: the job's sockets, then GPUs bound to no socket,
-then, without --gres-flags=enforce-binding, the other sockets).  Measured on 22.05.8 and
-24.11.5 on a 2-socket DevCluster (GPUs 0,1 on cores 0-3, GPUs 2,3 on cores 4-7): a one-core
-job takes its core on the socket with more free cores, so the two halves of a pair released
-together on an empty node ran on GPUs 0 and 2.  The first-fit model of pair_room.py cannot
-see that (Slurm lists the node's shards as `shard:v100:16(S:0-1)`, not which GPU is on which
-socket), so the backend starts no pair on such a node and says why.
-
-The cases of tests/cluster/test_pair_sockets.py that need no Slurm cluster.
+"Sockets": the cases of tests/cluster/test_pair_sockets.py that need no Slurm cluster (how
+Slurm picks a shard job's GPU by its cores' socket, as measured, is told there).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from slurm_gavel.core.model import Allocation
 from slurm_gavel.core.plan import Server
 from slurm_gavel.policies import make_policy
 
-from tests.support.inputs import make_input, random_input
+from tests.support.inputs import make_input, random_input, relative_speeds
 
 ROUND = 60.0
 
@@ -85,9 +85,7 @@ def test_the_cap_holds_with_multi_gpu_jobs_on_shared_servers(seed, n, cap):
     inp = make_input(inp.throughputs, [8, 8, 8], types=types, scale_factors=inp.scale_factors)
     alloc = make_policy("max_min_fairness").allocate(inp)
     srv = [Server(f"{wt}-{k}", wt, 4) for wt in types for k in range(2)]
-    best = inp.solo_throughputs.max(axis=1, keepdims=True)
-    usable = np.divide(inp.solo_throughputs, best, out=np.zeros_like(best * inp.solo_throughputs),
-                       where=best > 0)
+    usable = relative_speeds(inp)
     sf = dict(zip(inp.job_ids, inp.scale_factors.tolist()))
     ledger, previous = Ledger(types), ()
     for number in range(8):
