@@ -37,8 +37,9 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
     config = write_config(tmp_path, cluster, round_seconds=40, tick_seconds=1, policy="max_min_fairness")
     long = submit(cluster, tmp_path, "convnet", 1, 600)
     short = submit(cluster, tmp_path, "convnet", 1, 12)
-    reads: list[tuple[str, bool, float]] = []       # (full | look, in a tick, when)
-    in_tick = [False]
+    # per tick (numbered): its reads in order, each ("look", the short job's state) or ("full", None)
+    ticks: dict[int, list[tuple[str, str | None]]] = {}
+    tick_no = [0]
     holder, made = {}, threading.Event()
 
     def run():          # the daemon's SQLite connection belongs to the thread that opens it
@@ -46,19 +47,21 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
         full, look, tick = d.cli.squeue, d.cli.job_states, d.clock.tick
 
         def counted_full():
-            reads.append(("full", in_tick[0], time.time()))
+            ticks.setdefault(tick_no[0], []).append(("full", None))
             return full()
 
         def counted_look():
-            reads.append(("look", in_tick[0], time.time()))
-            return look()
+            states = look()
+            ticks.setdefault(tick_no[0], []).append(("look", states.get(short)))
+            return states
 
         def counted_tick():
-            in_tick[0] = True
+            tick_no[0] = abs(tick_no[0]) + 1      # reads outside a tick (rounds) go under -n
             try:
                 tick()
             finally:
-                in_tick[0] = False
+                ticks.setdefault(tick_no[0], [])
+                tick_no[0] = -tick_no[0]
         d.cli.squeue, d.cli.job_states, d.clock.tick = counted_full, counted_look, counted_tick
         made.set()
         d.run()
@@ -75,17 +78,17 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
                 {long, short} <= set(daemon.backend._running) and not daemon.backend._starting):
             time.sleep(0.2)
         assert {long, short} <= set(daemon.backend._running), daemon.backend.job_status()
-        quiet = time.time()
+        quiet = abs(tick_no[0])
         while time.time() < deadline and short in daemon.backend._running:
             time.sleep(0.2)
-        ended = time.time()
+        noticed = abs(tick_no[0])
         assert short not in daemon.backend._running, "the short job's end was not noticed"
         row, credited, rounds = store_rows(db, short)
         assert rounds == 1, "the round ended before the departure was recorded"
         assert row is not None and row["state"] == "completed", row
         time.sleep(4)                      # quiet again after the departure
-        settled = time.time()
-        row_long, _, rounds = store_rows(db, long)
+        last = abs(tick_no[0]) - 1         # the last tick that is over
+        _, _, rounds = store_rows(db, long)
         assert rounds == 1
     finally:
         daemon.request_stop()
@@ -93,14 +96,17 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
         if daemon._watchdog is not None:
             daemon._watchdog.cancel()
     assert not runner.is_alive()
-    ticks = [(kind, at) for kind, in_tick_, at in reads if in_tick_]
-    before_end = [kind for kind, at in ticks if quiet <= at < ended - 1.5]
-    assert before_end.count("look") >= 5, ticks
-    assert before_end.count("full") == 0, (before_end, ticks)
-    # its end (COMPLETING, then gone) costs a full read or two, then nothing again
-    at_end = [kind for kind, at in ticks if ended - 1.5 <= at < ended + 0.5]
-    assert 1 <= at_end.count("full") <= 2, at_end
-    after = [kind for kind, at in ticks if ended + 1.5 <= at < settled]
-    assert after.count("full") == 0 and after.count("look") >= 2, after
+    after = {n: ticks.get(n, []) for n in range(quiet + 1, last + 1)}
+    running = [reads for reads in after.values() if ("look", "RUNNING") in reads]
+    # while nothing changed: each tick one look, no full read
+    assert len(running) >= 5 and all(reads == [("look", "RUNNING")] for reads in running), after
+    # its end (COMPLETING, then COMPLETED) costs a full read or two, each after a look that saw it
+    full = {n: reads for n, reads in after.items() if ("full", None) in reads}
+    assert 1 <= len(full) <= 2 and all(reads[0][0] == "look" and reads[0][1] != "RUNNING"
+                                       for reads in full.values()), after
+    # then quiet again: the ticks begun after the departure was seen read nothing in full
+    later = [ticks.get(n, []) for n in range(noticed + 1, last + 1)]
+    assert len(later) >= 2 and all(reads and reads[0][0] == "look" and ("full", None) not in reads
+                                   for reads in later), later
     # credited its run: 12 steps of a second each (and the script's start)
     assert 11 <= credited <= 16, credited
