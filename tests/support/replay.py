@@ -60,12 +60,13 @@ class QueueCLI(ReplayCLI):
         self.jobs: dict[str, dict] = {}
         self.reads: dict[str, int] = {"squeue": 0, "nodes": 0, "job_states": 0}
 
-    def add(self, job_id: int, on: str | None = None, at: float = 0.0, **fields) -> dict:
-        """A held gavel job `job_id`, or with `on` a node, running there on one GPU since `at`."""
+    def add(self, job_id: int, on: str | None = None, at: float = 0.0, index: int = 0, **fields) -> dict:
+        """A held gavel job `job_id`, or with `on` a node, running there on one GPU (`index`)
+        since `at`."""
         job = dict(copy.deepcopy(self.template), job_id=job_id, **fields)
         self.jobs[str(job_id)] = job
         if on is not None:
-            self.run(job_id, on, at)
+            self.run(job_id, on, at, index)
         return job
 
     def run(self, job_id, on: str, at: float, index: int = 0) -> None:
@@ -103,3 +104,12 @@ class QueueCLI(ReplayCLI):
         self.actions.append(("hold", tuple(ids)))
         for job in ids:
             self.jobs[str(job)].update(priority=0, state_reason="JobHeldAdmin")
+
+    def signal(self, ids, signal, full=False):
+        self.actions.append(("signal", tuple(ids)))
+
+    def requeue_hold(self, ids):
+        self.actions.append(("requeuehold", tuple(ids)))
+        for job in ids:
+            self.jobs[str(job)].update(job_state="PENDING", nodes="", gres_detail=[], priority=0,
+                                       state_reason="JobHeldAdmin")

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from slurm_gavel.core.clock import SimulatedClock
+from slurm_gavel.core.plan import RoundPlan
 from slurm_gavel.daemon import config as config_mod
 from slurm_gavel.daemon.daemon import Daemon
 from slurm_gavel.daemon.store import SqliteStore
@@ -49,15 +50,16 @@ def reads(cli, before):
     return {k: v - before.get(k, 0) for k, v in cli.reads.items()}
 
 
-def two_running(now: float) -> QueueCLI:
+def two_running(started: float) -> QueueCLI:
+    """Jobs 5 and 6 running on v100-0 since `started`."""
     cli = QueueCLI()
-    cli.add(5, on="v100-0", at=now - 30)
-    cli.add(6, on="v100-0", at=now - 30, index=1)
+    cli.add(5, on="v100-0", at=started)
+    cli.add(6, on="v100-0", at=started, index=1)
     return cli
 
 
 def test_quiet_ticks_cost_one_look_each_and_no_full_read(daemon, caplog):
-    cli = two_running(time.time())
+    cli = two_running(time.time() - 30)
     d = daemon(cli)
     d.engine.plan()                        # a round: the full read
     assert cli.reads["squeue"] >= 1
@@ -71,8 +73,7 @@ def test_quiet_ticks_cost_one_look_each_and_no_full_read(daemon, caplog):
 
 
 def test_a_job_that_ends_costs_exactly_one_full_read_and_its_departure_is_recorded(daemon, tmp_path):
-    now = time.time()
-    cli = two_running(now)
+    cli = two_running(time.time() - 30)
     d = daemon(cli)
     d.engine.plan()
     d._tick()
@@ -90,7 +91,7 @@ def test_a_job_that_ends_costs_exactly_one_full_read_and_its_departure_is_record
 
 
 def test_follow_up_under_way_forces_full_reads_until_it_is_done(daemon):
-    cli = two_running(time.time())
+    cli = two_running(time.time() - 30)
     cli.add(7)                             # held, waiting: the round starts it
     d = daemon(cli)
     d.engine.plan()
@@ -109,8 +110,48 @@ def test_follow_up_under_way_forces_full_reads_until_it_is_done(daemon):
     assert not d.backend._starting
 
 
+def test_a_preemption_forces_full_reads_when_its_signal_and_its_escalation_are_due():
+    clock = SimulatedClock(1000.0)
+    cli = two_running(990.0)
+    backend = SlurmBackend(cli, clock, grace_seconds=20, min_run_seconds=30)
+    backend.observe()
+    backend.execute(RoundPlan(0, (), (), (), ("5",)), 1100.0)    # started 10 s ago: signalled at 1020
+    assert backend._signal_later == {"5": 1020.0} and not cli.actions
+    clock.sleep_until(1010)
+    assert backend.why_poll(clock.now()) == ""
+    clock.sleep_until(1020)
+    assert backend.why_poll(clock.now()) == "signals due: 5"
+    backend.observe()
+    assert cli.actions == [("signal", ("5",))]
+    clock.sleep_until(1030)                  # signalled; it has until 1040 to stop
+    assert backend.why_poll(clock.now()) == ""
+    clock.sleep_until(1040)
+    assert backend.why_poll(clock.now()) == "preempted jobs to requeue held: 5"
+    backend.observe()
+    assert cli.actions[-1] == ("requeuehold", ("5",))
+    clock.sleep_until(1045)                  # requeued held: a state change, read once
+    assert backend.why_poll(clock.now()) == "job 5 is PENDING (was RUNNING)"
+    backend.observe()
+    clock.sleep_until(1050)
+    assert backend.why_poll(clock.now()) == ""
+
+
+def test_a_job_held_again_is_read_again_once():
+    clock = SimulatedClock(1000.0)
+    cli = two_running(990.0)
+    cli.add(9, priority=1, state_reason="None")      # pending, not held: requeued by its owner
+    backend = SlurmBackend(cli, clock)
+    backend.observe()
+    assert cli.actions == [("hold", ("9",))]
+    clock.sleep_until(1005)
+    assert backend.why_poll(clock.now()) == "jobs held again to confirm"
+    backend.observe()
+    clock.sleep_until(1010)
+    assert backend.why_poll(clock.now()) == ""
+
+
 def test_the_bound_forces_one_full_read(daemon):
-    cli = two_running(time.time())
+    cli = two_running(time.time() - 30)
     d = daemon(cli)
     assert d.backend.full_read_seconds == FULL_READ_SECONDS == 60.0
     d.backend.full_read_seconds = 1.0
@@ -125,7 +166,7 @@ def test_the_bound_forces_one_full_read(daemon):
 
 
 def test_with_mid_round_starts_a_new_job_is_read_and_started_at_the_next_tick(daemon):
-    cli = two_running(time.time())
+    cli = two_running(time.time() - 30)
     d = daemon(cli, mid_round_starts=True)
     d.engine.plan()
     d._tick()
@@ -138,7 +179,7 @@ def test_with_mid_round_starts_a_new_job_is_read_and_started_at_the_next_tick(da
 
 def test_without_mid_round_starts_a_new_job_waits_for_the_round():
     clock = SimulatedClock(1000.0)
-    cli = two_running(1000.0)
+    cli = two_running(970.0)
     backend = SlurmBackend(cli, clock)
     backend.observe()
     cli.add(8)
@@ -187,7 +228,7 @@ def test_credit_is_the_same_whether_the_ticks_between_reads_polled_or_looked():
     runs = {}
     for light in (False, True):
         clock = SimulatedClock(1000.0)
-        cli = two_running(990.0)
+        cli = two_running(960.0)
         cli.add(7)
         backend = SlurmBackend(cli, clock, partitions={"v100": "v100", "p100": "p100", "k80": "k80"})
         seen = [backend.observe()]
