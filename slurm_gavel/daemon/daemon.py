@@ -422,18 +422,18 @@ class Daemon:
 
     def _tick(self):
         """Between rounds: observe (credit running time, record departures, follow up on
-        preemptions and deferred starts), so the database is never more than a tick behind
-        what Slurm did.  A cheap look at the jobs' states first (`SlurmBackend.why_poll`):
-        when nothing the tick acts on changed or is under way, no full read, nothing done
-        (at most FULL_READ_SECONDS go without one)."""
+        preemptions and deferred starts).  A cheap look at the jobs' states first
+        (`SlurmBackend.why_poll`): when nothing the tick acts on changed or is under way, no
+        full read and nothing done.  So a start, stop or departure is in the database a tick
+        after Slurm did it, credited time at most FULL_READ_SECONDS (60 s) after."""
         now = self.clock.now()
         if not self._storage_ready() or not self.backend.backoff.ready(now):
             return
-        why = self.backend.why_poll(now, arrivals=self.config.mid_round_starts)
-        if not why:
-            return
-        log.debug("tick: full read (%s)", why)
         try:
+            why = self.backend.why_poll(now, arrivals=self.config.mid_round_starts)
+            if not why:
+                return              # nothing it acts on changed: no full read, nothing said
+            log.debug("tick: full read (%s)", why)
             if self.config.mid_round_starts:
                 self.engine.start_arrivals()    # observes, and starts newcomers on idle GPUs
             else:

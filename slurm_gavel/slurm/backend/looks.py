@@ -21,8 +21,9 @@ A job's state is compared with the last poll's when that is one word (PENDING, R
 what squeue's %T says too); a state with flags (24.11+ lists RUNNING, COMPLETING where %T
 says COMPLETING) with the one the previous look read.  Skipping loses no credit, it only
 comes later: each poll credits a running job from where the last one stopped (credit.py),
-so the ledger after a poll is the same whether the ticks before it polled or not.  A CLI
-without `job_states` (a recording) and a look that fails: every tick polls, as before.
+so the ledger after a poll is the same whether the ticks before it polled or not.  Nodes are
+not looked at: a node that comes back (its GPUs free again) is seen at the next full read.
+A CLI without `job_states` (a recording) and a look that fails: every tick polls, as before.
 
 `Looking` holds this state for `SlurmBackend`: `_seen`, `_rehold`, `full_read_seconds`.
 """
