@@ -79,13 +79,15 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
             time.sleep(0.2)
         assert {long, short} <= set(daemon.backend._running), daemon.backend.job_status()
         quiet = abs(tick_no[0])
-        while time.time() < deadline and short in daemon.backend._running:
+        # until the daemon has recorded the short job's departure (a tick after it ended)
+        while time.time() < deadline and (store_rows(db, short)[0] or {}).get("state") == "active":
             time.sleep(0.2)
         noticed = abs(tick_no[0])
-        assert short not in daemon.backend._running, "the short job's end was not noticed"
         row, credited, rounds = store_rows(db, short)
+        looked = [reads[0][1] for n, reads in sorted(dict(ticks).items()) if n > 0 and reads]
+        assert row is not None and row["state"] == "completed", (
+            row, cluster.run(["scontrol", "-o", "show", "job", short]).stdout, looked)
         assert rounds == 1, "the round ended before the departure was recorded"
-        assert row is not None and row["state"] == "completed", row
         time.sleep(4)                      # quiet again after the departure
         last = abs(tick_no[0]) - 1         # the last tick that is over
         _, _, rounds = store_rows(db, long)
@@ -100,10 +102,13 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
     running = [reads for reads in after.values() if ("look", "RUNNING") in reads]
     # while nothing changed: each tick one look, no full read
     assert len(running) >= 5 and all(reads == [("look", "RUNNING")] for reads in running), after
-    # its end (COMPLETING, then COMPLETED) costs a full read or two, each after a look that saw it
+    # its end (COMPLETING, then COMPLETED) costs a full read or two, each after a look that
+    # saw it, the first in the very tick whose look first saw it leave RUNNING
     full = {n: reads for n, reads in after.items() if ("full", None) in reads}
     assert 1 <= len(full) <= 2 and all(reads[0][0] == "look" and reads[0][1] != "RUNNING"
                                        for reads in full.values()), after
+    first = min(n for n, reads in after.items() if reads and reads[0][1] != "RUNNING")
+    assert first in full, after
     # then quiet again: the ticks begun after the departure was seen read nothing in full
     later = [ticks.get(n, []) for n in range(noticed + 1, last + 1)]
     assert len(later) >= 2 and all(reads and reads[0][0] == "look" and ("full", None) not in reads
