@@ -58,7 +58,7 @@ class Config:
     max_preemptions_per_round: int = MEASURED_MAX_PREEMPTIONS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
-    tick_seconds: float = 10.0           # how often Slurm is polled within a round
+    tick_seconds: float = 10.0           # how often Slurm is looked at within a round (slurm/backend/looks.py)
     database: str = "/var/lib/slurm-gavel/state.db"
     throughputs: str | None = None       # a throughput table in Gavel's JSON layout
     explore_rounds: int = 6              # rounds a job of a model nobody measured explores types

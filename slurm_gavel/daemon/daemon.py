@@ -1,7 +1,8 @@
 """`slurm-gavel daemon`: the engine driving a real Slurm cluster, in the foreground.
 
 The same engine as the simulator, with the real parts plugged in: a wall
-clock that polls Slurm every tick while it waits for the round to end, the
+clock that looks at Slurm every tick while it waits for the round to end (the full
+poll only when something changed or is under way: slurm/backend/looks.py), the
 Slurm backend, a solver thread (rounds go on while a solve runs), the
 throughput estimator (`estimator.EstimatingThroughputs`: what the jobs'
 progress reports measured, the configured table for models it knows, and for
@@ -421,11 +422,18 @@ class Daemon:
 
     def _tick(self):
         """Between rounds: observe (credit running time, record departures, follow up on
-        preemptions and deferred starts), so the database is never more than a tick behind."""
+        preemptions and deferred starts).  A cheap look at the jobs' states first
+        (`SlurmBackend.why_poll`): when nothing the tick acts on changed or is under way, no
+        full read and nothing done.  So a start, stop or departure is in the database a tick
+        after Slurm did it, credited time at most FULL_READ_SECONDS (60 s) after."""
         now = self.clock.now()
         if not self._storage_ready() or not self.backend.backoff.ready(now):
             return
         try:
+            why = self.backend.why_poll(now, arrivals=self.config.mid_round_starts)
+            if not why:
+                return              # nothing it acts on changed: no full read, nothing said
+            log.debug("tick: full read (%s)", why)
             if self.config.mid_round_starts:
                 self.engine.start_arrivals()    # observes, and starts newcomers on idle GPUs
             else:

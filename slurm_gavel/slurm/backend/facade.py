@@ -1,7 +1,8 @@
 """The Slurm cluster backend: what Slurm runs, read with one batched poll; round plans carried out.
 
 Reading (`poll`): one `squeue --json` and one `scontrol show nodes --json` per poll (the
-daemon polls every tick, a few seconds, and at each round), kept as one immutable
+daemon polls at each round, and at a tick between rounds when a cheap look at the jobs'
+states says something it acts on changed: looks.py), kept as one immutable
 `Snapshot` (snapshot.py).  Gavel jobs are those whose AdminComment the job_submit plugin
 marked (``gavel:v1 ...``); every other job's GPUs are simply unavailable to the scheduler.
 
@@ -43,6 +44,7 @@ from . import snapshot as snapshots
 from .snapshot import id_order
 from .credit import Crediting, Run
 from .holds import LOST_SETTLE_SECONDS, START_TIMEOUT_SECONDS, Holding, RefusedShape, Stuck
+from .looks import FULL_READ_SECONDS, Looking
 from .pairs.multi import Requests
 from .pairs.placing import Pairing
 from .pairs.room import NodeRoom
@@ -55,7 +57,7 @@ log = logging.getLogger("slurm_gavel.slurm")
 UNKNOWN_MODEL = "unknown"
 
 
-class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, Backend):
+class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, PairLimit, Backend):
     """`observe` / `execute` on a Slurm cluster through `SlurmCLI`."""
 
     def __init__(self, cli: SlurmCLI, clock, partitions: Mapping[str, str] | TypeMap | None = None,
@@ -101,6 +103,11 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
         self._progress: dict[str, tuple] = {}          # path -> (file key, summary)
         self._user_files = UserFiles()                 # users' files: safe, bounded reads
         self._progress_refused: dict[str, str] = {}    # job -> why it has no progress report
+
+        # looks.py: whether a tick needs the full poll
+        self._seen: dict[str, str] | None = None       # job -> state, as the last look read it
+        self._rehold = False                            # the last poll held loose jobs again
+        self.full_read_seconds = FULL_READ_SECONDS
 
         # stops.py: preemptions
         self._preempted: dict[str, Preempted] = {}
@@ -249,7 +256,8 @@ class SlurmBackend(Crediting, Holding, Stopping, Starting, Pairing, PairLimit, B
     # -- backend interface --------------------------------------------------------
     def observe(self) -> Observation:
         """Poll Slurm, follow up on earlier actions (late preemptions, starts that waited
-        for a job to stop), and report.  The daemon calls this every tick."""
+        for a job to stop), and report.  The daemon calls this every round, and at the ticks
+        between rounds that `why_poll` says need it."""
         self.poll()
         now = self.clock.now()
         self._signal_young(now)

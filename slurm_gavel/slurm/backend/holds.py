@@ -408,6 +408,7 @@ class Holding:
         ours = self._starting.keys() | self._deferred.keys() | self._planned.keys() | self._released.keys()
         loose = sorted(job for job, j in self._jobs.items()
                        if j.primary_state == "PENDING" and not j.held and job not in ours)
+        self._rehold = bool(loose)          # the next tick reads them again (looks.py)
         if loose:
             log.warning("jobs %s are pending but not held (requeued by their owner?): holding "
                         "them again", ",".join(loose))
