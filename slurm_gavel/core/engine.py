@@ -197,7 +197,8 @@ def compose(solved: Allocation | None, inp: PolicyInput) -> Allocation:
             keep = (mapped >= 0).all(axis=1)
             pair_jobs, x_pairs = mapped[keep], solved.x_pairs[keep]
     return Allocation(inp.job_ids, inp.worker_types, x, policy=policy, pair_jobs=pair_jobs,
-                      x_pairs=x_pairs, info={"interim_rows": newcomers})
+                      x_pairs=x_pairs, info={"interim_rows": newcomers},
+                      type_blind=policy != INTERIM and solved.type_blind)
 
 
 class Engine:

@@ -10,7 +10,13 @@ core/ledger.py), and the GPUs that are free for it.  Each round it
 2. picks rows greedily, highest priority first (Algorithm 1): an entry whose
    scale factor does not fit what is left of its type is skipped, and once a
    row is picked every other row that shares a job with it is out, so no job
-   runs twice in a round;
+   runs twice in a round.  A type-blind allocation (`Allocation.type_blind`,
+   a heterogeneity-agnostic policy's, whose split of a row between types is
+   a tie, not a target) is walked type by type instead, in an order drawn
+   anew each round (`type_order`), each type's entries highest priority
+   first, after the rows that keep their lease: Gavel's per-type queues,
+   shuffled for its agnostic policies.  Each type in turn is filled first, so
+   the jobs' time spreads over all types whatever X's split says;
 3. fills what is left (work conserving): GPUs no positive-priority row took
    go to jobs that can run there but have no share on that type, most behind
    first (highest priority on their other entries), then where they run
@@ -69,11 +75,19 @@ def priorities(x: np.ndarray, received: np.ndarray) -> np.ndarray:
 def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, free: np.ndarray,
            current: Mapping[Row, int] | None = None,
            usable: np.ndarray | None = None, fills: list | None = None,
-           running_on: np.ndarray | None = None) -> list[tuple[int, int]]:
+           running_on: np.ndarray | None = None,
+           type_rank: np.ndarray | None = None) -> list[tuple[int, int]]:
     """Algorithm 1: (row, type) picks, highest priority first, no job twice, no type over `free`.
 
     Ties go to a row that already runs on that type (no needless
-    preemption), then to input order.  With `usable`
+    preemption), then to input order.  With `type_rank` ((k,), the type
+    walked first has rank 0; for a type-blind allocation) the rows that keep
+    their lease (an infinite priority where they run) come first, then the
+    types are walked in rank order, each one's entries highest priority first:
+    to a type-blind policy the types are alike, so a row goes to whichever
+    type comes first in the round with room for it rather than to the type
+    of its largest share (which leaves the other types idle while rows wait
+    for it), and a running row is not moved while its lease lasts.  With `usable`
     ((n, k), one row per single-job row of `rows`; > 0 where the job can run),
     GPUs left over then go to jobs not picked yet on types where their
     priority is 0 (`fill`; those picks are also appended to `fills`).
@@ -91,7 +105,11 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
         staying = running_on[r_idx] == t_idx
         values = prio[r_idx, t_idx]
         # np.nonzero lists entries by row, then type, and lexsort is stable: that is the last tie-break
-        order = np.lexsort((~staying, -values))
+        if type_rank is None:
+            order = np.lexsort((~staying, -values))
+        else:
+            leased = staying & np.isinf(values)
+            order = np.lexsort((~staying, -values, np.asarray(type_rank)[t_idx], ~leased))
         _greedy(rows, zip(r_idx[order].tolist(), t_idx[order].tolist()), sfs, left, busy, chosen, everyone)
     if usable is not None and len(busy) < everyone and sum(left) >= min(sfs, default=1):
         first = len(chosen)
@@ -99,6 +117,18 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
         if fills is not None:
             fills.extend(chosen[first:])
     return chosen
+
+
+def type_order(number: int, k: int) -> np.ndarray:
+    """(k,) each type's rank in round `number`'s walk of a type-blind allocation (0: first).
+
+    A permutation drawn from the round number alone (numpy's default_rng), so a
+    run is reproducible and every type is walked first in about 1/k of the
+    rounds (Gavel shuffles its types each round with a seeded random.Random).
+    """
+    rank = np.empty(k, dtype=np.int64)
+    rank[np.random.default_rng(number).permutation(k)] = np.arange(k)
+    return rank
 
 
 def _greedy(rows, candidates, sfs, left, busy, chosen, everyone) -> None:
@@ -476,9 +506,11 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
     free = [gpus.get(wt, 0) for wt in worker_types]
     sizes_array, free_array = np.array(sizes, dtype=np.int64), np.array(free, dtype=np.int64)
 
+    type_rank = type_order(number, len(worker_types)) if allocation.type_blind else None
+
     def pick_and_place(prio, usable):
         fills: list[tuple[int, int]] = []
-        chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
+        chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on, type_rank)
         picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
         if not placements:
             return place(picks, servers, before), fills
@@ -495,7 +527,8 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
                 elif usable is not None:
                     usable[r, t] = 0.0
             fills = []
-            chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on)
+            chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on,
+                            type_rank)
             picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
 
     index = row_index(rows)
@@ -542,5 +575,5 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
 
 __all__ = ["allocation_rows", "fill", "only_types", "place", "plan_round", "priorities", "round_priorities",
            "row_index", "select",
-           "type_columns"]
+           "type_columns", "type_order"]
 

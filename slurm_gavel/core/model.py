@@ -381,6 +381,10 @@ class Allocation:
     pair_jobs: np.ndarray = None       # (P, 2) job indices
     x_pairs: np.ndarray = None         # (P, k)
     info: Mapping[str, object] = field(default_factory=dict)
+    # X's split of each row between types is arbitrary (a heterogeneity-agnostic policy's: to
+    # it every type is as fast): the mechanism then fills the types one after another, in an
+    # order drawn anew each round, as Gavel does, rather than follow that split (mechanism.select)
+    type_blind: bool = False
 
     def __post_init__(self):
         if self.pair_jobs is None:

@@ -83,7 +83,7 @@ def allocation_to_dict(a: Allocation) -> dict[str, Any]:
     return {"job_ids": list(a.job_ids), "worker_types": list(a.worker_types),
             "x": a.x.tolist(), "policy": a.policy, "objective": _number_out(a.objective),
             "pair_jobs": a.pair_jobs.tolist(), "x_pairs": a.x_pairs.tolist(),
-            "interim_rows": list((a.info or {}).get("interim_rows", ()))}
+            "interim_rows": list((a.info or {}).get("interim_rows", ())), "type_blind": bool(a.type_blind)}
 
 
 def allocation_from_dict(d: Mapping[str, Any]) -> Allocation:
@@ -93,7 +93,8 @@ def allocation_from_dict(d: Mapping[str, Any]) -> Allocation:
                       np.array(d["x"], dtype=float).reshape(len(d["job_ids"]), k), policy=str(d["policy"]),
                       objective=_number_in(d["objective"]),
                       pair_jobs=np.array(d["pair_jobs"], dtype=np.int64).reshape(-1, 2),
-                      x_pairs=np.array(d["x_pairs"], dtype=float).reshape(-1, k), info=info)
+                      x_pairs=np.array(d["x_pairs"], dtype=float).reshape(-1, k), info=info,
+                      type_blind=bool(d.get("type_blind", False)))
 
 
 def _number_out(v: float):

@@ -39,7 +39,10 @@ class Agnostic:
     would be oversubscribed): the baseline a type-blind scheduler with a
     shared queue gives, the same whatever order the types are listed in.
     Effective throughputs computed from the Allocation with the true input
-    show what that X really delivers.
+    show what that X really delivers.  The allocation is marked `type_blind`:
+    the mechanism does not hold each job to that split (it is a tie, not a
+    target) but fills the types one after another in an order drawn each round,
+    as Gavel's mechanism does for its agnostic policies (core/mechanism.py).
 
     The wrapped policy runs without its Pareto stage and tie-break
     (`LinearPolicy.pareto`): to a type-blind policy every job of a row total
@@ -69,7 +72,7 @@ class Agnostic:
             feasible[found] = inp.pair_feasible[rows[found]]
             x_pairs = spread(x_pairs, feasible, inp.counts)
         x, x_pairs = repair(inp, x, x_pairs, allocation.pair_jobs)
-        return replace(allocation, x=x, x_pairs=x_pairs, policy=self.name)
+        return replace(allocation, x=x, x_pairs=x_pairs, policy=self.name, type_blind=True)
 
 
 def spread(x: np.ndarray, feasible: np.ndarray, counts: np.ndarray) -> np.ndarray:
