@@ -9,8 +9,8 @@ daemon itself (`Daemon.run`, its own rounds and ticks, in this process) for R ro
 round, the round's work and the ticks after the round before it:
 
 * wall: seconds from the round before's start to this one's;
-* read, reconcile, solve, plan, enforce, record, status: seconds by phase (`squeue --json` and
-  the nodes; turning them into the observation; the policy, in its worker thread; the
+* look, read, reconcile, solve, plan, enforce, record, status: seconds by phase (the ticks'
+  look at the jobs' states; `squeue --json` and the nodes; turning them into the observation; the policy, in its worker thread; the
   mechanism; the Slurm calls that start and preempt; the SQLite writes; the held jobs'
   AdminComment);
 * started, preempted: the plan's;
@@ -172,6 +172,7 @@ def main() -> int:
             cli, backend, store = daemon.cli, daemon.backend, daemon.store
             phases.wrap(cli, "squeue", "read")
             phases.wrap(cli, "nodes", "read")
+            phases.wrap(cli, "job_states", "look")
             phases.wrap(backend, "observe", "observe")
             phases.wrap(backend, "execute", "enforce")
             phases.wrap(backend, "show_holds", "status")
@@ -190,7 +191,7 @@ def main() -> int:
                 return _original(states, status)
             daemon.metrics.cluster = cluster_states
 
-            header = (f"{'round':>5} {'wall s':>7} {'read':>6} {'reconc':>6} {'solve':>6} {'plan':>5} "
+            header = (f"{'round':>5} {'wall s':>7} {'look':>5} {'read':>6} {'reconc':>6} {'solve':>6} {'plan':>5} "
                       f"{'enforce':>7} {'record':>6} {'status':>6} {'started':>7} {'preempt':>7} "
                       f"{'calls':>5} {'tmo':>3} {'RPCs':>6} {'ctld s':>6} {'upd RPCs':>8} {'busy':>5}")
             print(header, flush=True)
@@ -210,7 +211,7 @@ def main() -> int:
                     last["rpcs"].get("REQUEST_UPDATE_JOB", (0, 0))[0]
                 solve = daemon.engine.allocator.solve_seconds
                 read = spent.get("read", 0.0)
-                print(f"{plan.round:5d} {now - last['t']:7.1f} {read:6.2f} "
+                print(f"{plan.round:5d} {now - last['t']:7.1f} {spent.get('look', 0.0):5.2f} {read:6.2f} "
                       f"{spent.get('observe', 0.0) - read:6.2f} {solve - last['solve']:6.2f} "
                       f"{spent.get('plan', 0.0):5.2f} {spent.get('enforce', 0.0):7.2f} "
                       f"{spent.get('record', 0.0):6.2f} {spent.get('status', 0.0):6.2f} "
