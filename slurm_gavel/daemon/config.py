@@ -17,6 +17,7 @@ from ..core.entities import SHARE_BY
 from ..core.errors import InputError
 from ..core.weights import WeightLimits
 from ..estimator.trust import Trust
+from ..slurm.backend.looks import FULL_READ_SECONDS
 from ..slurm.commands import SIGNALS, SlurmCLI
 from ..slurm.flags import entity_name_problem
 
@@ -59,6 +60,10 @@ class Config:
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
     tick_seconds: float = 10.0           # how often Slurm is looked at within a round (slurm/backend/looks.py)
+    # the longest a tick goes without reading the whole queue (credit and gqueue lag at most
+    # this); a large queue's read costs seconds (about 1 ms a job), so a site with tens of
+    # thousands of jobs raises it towards round_seconds
+    full_read_seconds: float = FULL_READ_SECONDS
     database: str = "/var/lib/slurm-gavel/state.db"
     throughputs: str | None = None       # a throughput table in Gavel's JSON layout
     explore_rounds: int = 6              # rounds a job of a model nobody measured explores types
@@ -125,7 +130,7 @@ class Config:
             bad("policy", e.problem)
         if not (isinstance(self.solver_wait_seconds, (int, float)) and 0 <= self.solver_wait_seconds < math.inf):
             bad("solver_wait_seconds", f"must be a number >= 0, got {self.solver_wait_seconds!r}")
-        for key in ("round_seconds", "tick_seconds", "solver_budget_seconds", "grace_seconds",
+        for key in ("round_seconds", "tick_seconds", "full_read_seconds", "solver_budget_seconds", "grace_seconds",
                     "command_timeout_seconds", "start_timeout_seconds"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
@@ -146,6 +151,8 @@ class Config:
             bad("max_pair_gpus", f"must be an integer 1-{MAX_PAIR_GPUS}, got {self.max_pair_gpus!r}")
         if self.tick_seconds > self.round_seconds:
             bad("tick_seconds", f"must not exceed round_seconds ({self.round_seconds})")
+        if isinstance(self.full_read_seconds, (int, float)) and self.full_read_seconds < self.tick_seconds:
+            bad("full_read_seconds", f"must be at least tick_seconds ({self.tick_seconds})")
         if self.preemption_signal not in SIGNALS:
             bad("preemption_signal", f"must be one of {', '.join(SIGNALS)}, got {self.preemption_signal!r}")
         if not (isinstance(self.requeue_exit_code, int) and 1 <= self.requeue_exit_code <= 255):

@@ -147,7 +147,8 @@ class Daemon:
                                     # multi-GPU pairs' replaced requests (slurm/backend/pairs/multi.py)
                                     requests=StoredRequests(self.store),
                                     # the entity gqueue shows: the one the policy shares by
-                                    share_by=config.share_by)
+                                    share_by=config.share_by,
+                                    full_read_seconds=config.full_read_seconds)
         self.throughputs = EstimatingThroughputs(
             self._table(config), explore_rounds=config.explore_rounds,
             # progress arrives every tick; one sample (and one exploration round) per round
@@ -515,6 +516,7 @@ class Daemon:
         self.engine.prices = dict(new.prices)
         self.engine.solve_patience = min(new.solver_wait_seconds, new.round_seconds / 2)
         self.clock.every = new.tick_seconds
+        self.backend.full_read_seconds = new.full_read_seconds
         self.config = new
         log.info("reloaded %s: policy %s, rounds of %.0f s", path, new.policy, new.round_seconds)
 

@@ -246,3 +246,18 @@ def test_credit_is_the_same_whether_the_ticks_between_reads_polled_or_looked():
     assert runs[True][0] == runs[False][0]
     assert runs[False][0] == {"5": 100.0, "6": 22.0, "7": 63.0}, runs[False][0]
     assert runs[True][1] < runs[False][1] / 2, (runs[True][1], runs[False][1])
+
+
+def test_the_bound_is_the_admins_full_read_seconds_and_a_reload_changes_it(daemon, tmp_path):
+    cli = two_running(time.time() - 30)
+    d = daemon(cli, full_read_seconds=600)
+    assert d.backend.full_read_seconds == 600
+    toml = tmp_path / "gavel.toml"
+    toml.write_text(toml.read_text().replace("full_read_seconds = 600", "full_read_seconds = 1"))
+    d.reload()
+    assert d.backend.full_read_seconds == 1
+    d.engine.plan()
+    before = dict(cli.reads)
+    time.sleep(1.05)
+    d._tick()
+    assert reads(cli, before)["squeue"] == 1

@@ -68,7 +68,7 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
                  active_jobs=(), accounting: bool | None = None,
                  lost_settle_seconds: float = LOST_SETTLE_SECONDS,
                  min_run_seconds: float = 0.0, requests: Requests | None = None,
-                 share_by: str = "entity"):
+                 share_by: str = "entity", full_read_seconds: float = FULL_READ_SECONDS):
         self.cli, self.clock = cli, clock
         # "user": a job's entity is its user, whatever its entity= flag says (core/entities.py)
         self.share_by = share_by
@@ -107,7 +107,7 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
         # looks.py: whether a tick needs the full poll
         self._seen: dict[str, str] | None = None       # job -> state, as the last look read it
         self._rehold = False                            # the last poll held loose jobs again
-        self.full_read_seconds = FULL_READ_SECONDS
+        self.full_read_seconds = float(full_read_seconds)
 
         # stops.py: preemptions
         self._preempted: dict[str, Preempted] = {}
