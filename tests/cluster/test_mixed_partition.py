@@ -169,12 +169,15 @@ def test_a_plain_job_taking_the_planned_gpus_gets_the_start_replanned_at_once(mi
     path = write_config(tmp_path, cluster, round_seconds=90, tick_seconds=1, start_timeout_seconds=120)
     job = submit(cluster, tmp_path, "convnet", 2, 10)       # convnet: fastest on v100
     daemon = Daemon(config_mod.load(path))
-    real_update = daemon.backend.cli.update
+    real_update_each = daemon.backend.cli.update_each
     raced = {}
 
-    def plain_job_first(ids, **fields):
-        """The daemon's start of `job`: a plain job takes the planned node's GPUs first."""
-        if job in list(ids) and fields.get("NodeList") and not raced:
+    def plain_job_first(updates, *args, **kw):
+        """The daemon's start of `job` (its update among the round's): a plain job takes the
+        planned node's GPUs first."""
+        updates = list(updates)
+        fields = dict(updates).get(job, {})
+        if fields.get("NodeList") and not raced:
             node = fields["NodeList"]
             raced["node"] = node
             raced["plain"] = cluster.run(["sbatch", "--parsable", "-p", "gpu", "-w", node, "--gres=gpu:2",
@@ -184,9 +187,9 @@ def test_a_plain_job_taking_the_planned_gpus_gets_the_start_replanned_at_once(mi
                 assert time.time() < deadline, "the plain job did not start"
                 time.sleep(0.3)
             raced["at"] = time.time()
-        return real_update(ids, **fields)
+        return real_update_each(updates, *args, **kw)
 
-    daemon.backend.cli.update = plain_job_first
+    daemon.backend.cli.update_each = plain_job_first
     reasons = []
     status = daemon._status
 
