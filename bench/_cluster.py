@@ -1,13 +1,16 @@
 """What the bench scripts on a real local Slurm cluster share (not part of the project).
 
 Whether a cluster can run here; the cluster (free ports, the repository's job_submit.lua, with GAVEL_SHARDS_PER_GPU and
-gres/shard for space sharing), up for a block and stopped after it; and the median and
-90th-percentile line of a list of timings.
+gres/shard for space sharing), up for a block and stopped after it; slurmctld's RPCs by
+type (sdiag); seconds spent in wrapped calls by phase; and the median and 90th-percentile
+line of a list of timings.
 """
 from __future__ import annotations
 
+import re
 import statistics
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -35,11 +38,12 @@ def no_cluster() -> bool:
 
 @contextmanager
 def local_cluster(directory: Path, types: Mapping[str, tuple[int, int]],
-                  shards: int = 0, select_parameters: str = "") -> Iterator[DevCluster]:
+                  shards: int = 0, select_parameters: str = "", plugin: bool = True) -> Iterator[DevCluster]:
     """A DevCluster of `types` in DIRECTORY/c on free ports, with `shards` per GPU (and the
     job_submit.lua that asks them, written in DIRECTORY) when given, `select_parameters` added
-    to SelectTypeParameters; down after the block."""
-    lua = shard_job_submit_lua(directory, shards) if shards else default_job_submit_lua()
+    to SelectTypeParameters, no job_submit.lua at all without `plugin`; down after the block."""
+    lua = (None if not plugin else
+           shard_job_submit_lua(directory, shards) if shards else default_job_submit_lua())
     ctld, slurmd = pick_ports(len(node_list(types)))
     cluster = DevCluster(Path(directory) / "c", types, ctld_port=ctld, slurmd_port=slurmd,
                          job_submit_lua=lua, shards=shards, select_parameters=select_parameters)
@@ -48,6 +52,39 @@ def local_cluster(directory: Path, types: Mapping[str, tuple[int, int]],
         yield cluster
     finally:
         cluster.down()
+
+
+_RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M)
+
+
+def rpcs(cluster: DevCluster) -> dict[str, tuple[int, int]]:
+    """slurmctld's RPCs so far by message type (sdiag): name -> (count, total microseconds)."""
+    out = cluster.run(["sdiag"]).stdout
+    by_type = out.split("Remote Procedure Call statistics by message type", 1)[-1]
+    by_type = by_type.split("Remote Procedure Call statistics by user", 1)[0]
+    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _RPC_LINE.finditer(by_type)}
+
+
+class Phases:
+    """Seconds spent in wrapped calls, by phase (`spent`; `take` returns it and starts anew)."""
+
+    def __init__(self):
+        self.spent: dict[str, float] = {}
+
+    def wrap(self, obj, name: str, phase: str) -> None:
+        original = getattr(obj, name)
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - started
+        setattr(obj, name, timed)
+
+    def take(self) -> dict[str, float]:
+        spent, self.spent = self.spent, {}
+        return spent
 
 
 def summary(values: list[float]) -> str:

@@ -23,7 +23,6 @@ changes under 10 s.  Needs root, Slurm and MUNGE (as the tests do).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._cluster import Phases, rpcs  # noqa: E402
 from slurm_gavel.daemon import config as config_mod  # noqa: E402
 from slurm_gavel.daemon.daemon import Daemon  # noqa: E402
 from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
@@ -45,25 +45,7 @@ READS = ("squeue", "sinfo", "scontrol show", "sacct", "sacctmgr show")
 
 def update_rpcs(cluster) -> int:
     """slurmctld's REQUEST_UPDATE_JOB count so far (sdiag): starts, releases, holds, statuses."""
-    out = cluster.run(["sdiag"]).stdout
-    m = re.search(r"REQUEST_UPDATE_JOB\s+\(\s*\d+\)\s+count:(\d+)", out)
-    return int(m.group(1)) if m else 0
-
-
-class Timer:
-    def __init__(self):
-        self.spent: dict[str, float] = {}
-
-    def wrap(self, obj, name: str, phase: str):
-        original = getattr(obj, name)
-
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - started
-        setattr(obj, name, timed)
+    return rpcs(cluster).get("REQUEST_UPDATE_JOB", (0, 0))[0]
 
 
 def main() -> int:
@@ -99,7 +81,7 @@ def main() -> int:
                 "throughputs": str(ROOT / "examples" / "toy_throughputs.json"),
                 "round_seconds": 10, "tick_seconds": 10, "grace_seconds": 30}, source="bench")
             daemon = Daemon(config)
-            timer = Timer()
+            timer = Phases()
             cli, backend, engine = daemon.cli, daemon.backend, daemon.engine
             timer.wrap(cli, "squeue", "read")
             timer.wrap(cli, "nodes", "read")

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import tempfile
 import time
@@ -42,47 +41,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._cluster import Phases, local_cluster, no_cluster, rpcs  # noqa: E402
 from slurm_gavel.daemon import config as config_mod  # noqa: E402
 from slurm_gavel.daemon.daemon import Daemon  # noqa: E402
-from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua,  # noqa: E402
-                                    node_list, parse_types, pick_ports, unavailable_reason)
+from slurm_gavel.devcluster import DevCluster, node_list, parse_types  # noqa: E402
 
 READS = ("squeue", "sinfo", "scontrol show", "sacct", "sacctmgr show")
 SIZES = (1, 1, 1, 1, 2, 2, 4, 8)           # GPUs of the gavel jobs, cycled: most are small
 MODELS = {1: ("convnet", "rl-agent", "translation", "language-model"),
           2: ("convnet", "language-model"), 4: ("convnet", "language-model"),
           8: ("convnet", "language-model")}   # the models examples/toy_throughputs.json has per size
-RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M)
-
-
-def rpcs(cluster: DevCluster) -> dict[str, tuple[int, int]]:
-    """sdiag's RPCs by message type: name -> (count, total microseconds)."""
-    out = cluster.run(["sdiag"]).stdout
-    by_type = out.split("Remote Procedure Call statistics by message type", 1)[-1]
-    by_type = by_type.split("Remote Procedure Call statistics by user", 1)[0]
-    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in RPC_LINE.finditer(by_type)}
-
-
-class Phases:
-    """Seconds spent in wrapped methods, by phase."""
-
-    def __init__(self):
-        self.spent: dict[str, float] = {}
-
-    def wrap(self, obj, name: str, phase: str) -> None:
-        original = getattr(obj, name)
-
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - started
-        setattr(obj, name, timed)
-
-    def take(self) -> dict[str, float]:
-        spent, self.spent = self.spent, {}
-        return spent
 
 
 class Timeouts(logging.Handler):
@@ -128,105 +96,102 @@ def main() -> int:
     parser.add_argument("--round-seconds", type=float, default=60.0)
     parser.add_argument("--policy", default="max_min_fairness")
     args = parser.parse_args()
-    why = unavailable_reason()
-    if why:
-        print(f"cannot run a local Slurm cluster here: {why}", file=sys.stderr)
+    if no_cluster():
         return 2
     with tempfile.TemporaryDirectory(prefix="gv-scale-", dir="/tmp") as tmp:
         tmp = Path(tmp)
         types = parse_types(args.types)
         total_gpus = sum(n * g for n, g in types.values())
-        ctld, slurmd = pick_ports(len(node_list(types)))
-        cluster = DevCluster(tmp / "c", types, ctld_port=ctld, slurmd_port=slurmd,
-                             job_submit_lua=default_job_submit_lua())
         t0 = time.perf_counter()
-        cluster.up(timeout=600)
-        print(f"cluster up: {len(node_list(types))} nodes, {total_gpus} GPUs in "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)
-        try:
-            sleeper = "trap 'exit 85' USR2; sleep 100000 & wait"
-            t0 = time.perf_counter()
-            partitions = list(types)
-            failed = submit_all(cluster, [["sbatch", "--parsable", "-o", "/dev/null", "-p",
-                                           partitions[i % len(partitions)], "--gres=gpu:1",
-                                           "--wrap", "sleep 100000"] for i in range(args.plain)])
-            gavel = []
-            for i in range(args.jobs):
-                size = SIZES[i % len(SIZES)]
-                model = MODELS[size][i % len(MODELS[size])]
-                gavel.append(["sbatch", "--parsable", "-o", "/dev/null", "--comment",
-                              f"gavel model={model} steps=100000", f"--gres=gpu:{size}",
-                              "--wrap", sleeper])
-            failed += submit_all(cluster, gavel)
-            print(f"submitted {args.plain} plain and {args.jobs} gavel jobs in "
-                  f"{time.perf_counter() - t0:.0f} s ({failed} refused)", flush=True)
-            config = config_mod.from_dict({
-                "slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
-                "throughputs": str(throughputs(tmp / "throughputs.json", types)),
-                "policy": args.policy, "round_seconds": args.round_seconds,
-                "grace_seconds": 60}, source="bench")
-            timeouts = Timeouts()
-            logging.getLogger("slurm_gavel").addHandler(timeouts)
-            daemon = Daemon(config)
-            phases = Phases()
-            cli, backend, store = daemon.cli, daemon.backend, daemon.store
-            phases.wrap(cli, "squeue", "read")
-            phases.wrap(cli, "nodes", "read")
-            phases.wrap(cli, "job_states", "look")
-            phases.wrap(backend, "observe", "observe")
-            phases.wrap(backend, "execute", "enforce")
-            phases.wrap(backend, "show_holds", "status")
-            for name in ("observe", "round", "usage", "allocation", "status"):
-                phases.wrap(store, name, "record")
-            import slurm_gavel.core.engine as engine_mod
-            phases.wrap(engine_mod, "plan_round", "plan")
-            busy = {"share": float("nan")}       # not seen before the first poll
-
-            def cluster_states(states, status, _original=daemon.metrics.cluster):
-                by_state: dict[str, int] = {}
-                for (_, _, s), n in states.items():
-                    by_state[s] = by_state.get(s, 0) + n
-                gpus = sum(by_state.values()) or 1
-                busy["share"] = (by_state.get("gavel", 0) + by_state.get("other", 0)) / gpus
-                return _original(states, status)
-            daemon.metrics.cluster = cluster_states
-
-            header = (f"{'round':>5} {'wall s':>7} {'look':>5} {'read':>6} {'reconc':>6} {'solve':>6} {'plan':>5} "
-                      f"{'enforce':>7} {'record':>6} {'status':>6} {'started':>7} {'preempt':>7} "
-                      f"{'calls':>5} {'tmo':>3} {'RPCs':>6} {'ctld s':>6} {'upd RPCs':>8} {'busy':>5}")
-            print(header, flush=True)
-            last = {"t": time.perf_counter(), "calls": 0, "rpcs": rpcs(cluster), "timeouts": 0,
-                    "solve": daemon.engine.allocator.solve_seconds}
-            original_round = daemon.metrics.round
-
-            def on_round(plan, *a, **k):
-                original_round(plan, *a, **k)
-                now = time.perf_counter()
-                spent = phases.take()
-                calls = sum(n for c, n in cli.commands.items() if c not in READS)
-                seen = rpcs(cluster)
-                count = sum(c for c, _ in seen.values()) - sum(c for c, _ in last["rpcs"].values())
-                micros = sum(t for _, t in seen.values()) - sum(t for _, t in last["rpcs"].values())
-                updates = seen.get("REQUEST_UPDATE_JOB", (0, 0))[0] - \
-                    last["rpcs"].get("REQUEST_UPDATE_JOB", (0, 0))[0]
-                solve = daemon.engine.allocator.solve_seconds
-                read = spent.get("read", 0.0)
-                print(f"{plan.round:5d} {now - last['t']:7.1f} {spent.get('look', 0.0):5.2f} {read:6.2f} "
-                      f"{spent.get('observe', 0.0) - read:6.2f} {solve - last['solve']:6.2f} "
-                      f"{spent.get('plan', 0.0):5.2f} {spent.get('enforce', 0.0):7.2f} "
-                      f"{spent.get('record', 0.0):6.2f} {spent.get('status', 0.0):6.2f} "
-                      f"{len(plan.start):7d} {len(plan.preempt):7d} {calls - last['calls']:5d} "
-                      f"{timeouts.count - last['timeouts']:3d} {count:6d} {micros / 1e6:6.2f} "
-                      f"{updates:8d} {'-' if busy['share'] != busy['share'] else format(busy['share'], '.0%'):>5}",
-                      flush=True)
-                last.update(t=now, calls=calls, rpcs=seen, timeouts=timeouts.count, solve=solve)
-            daemon.metrics.round = on_round
-            daemon.run(max_rounds=args.rounds)
-            print("(each row: the round's plan and enforce, and the ticks and status writes "
-                  "since the round before; busy at the round's poll)")
-        finally:
-            cluster.down()
+        with local_cluster(tmp, types) as cluster:
+            print(f"cluster up: {len(node_list(types))} nodes, {total_gpus} GPUs in "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            run(cluster, tmp, types, args)
     return 0
+
+
+def run(cluster: DevCluster, tmp: Path, types, args) -> None:
+    """Submit the jobs, then run the daemon for `args.rounds` rounds, a row printed each."""
+    sleeper = "trap 'exit 85' USR2; sleep 100000 & wait"
+    t0 = time.perf_counter()
+    partitions = list(types)
+    failed = submit_all(cluster, [["sbatch", "--parsable", "-o", "/dev/null", "-p",
+                                   partitions[i % len(partitions)], "--gres=gpu:1",
+                                   "--wrap", "sleep 100000"] for i in range(args.plain)])
+    gavel = []
+    for i in range(args.jobs):
+        size = SIZES[i % len(SIZES)]
+        model = MODELS[size][i % len(MODELS[size])]
+        gavel.append(["sbatch", "--parsable", "-o", "/dev/null", "--comment",
+                      f"gavel model={model} steps=100000", f"--gres=gpu:{size}",
+                      "--wrap", sleeper])
+    failed += submit_all(cluster, gavel)
+    print(f"submitted {args.plain} plain and {args.jobs} gavel jobs in "
+          f"{time.perf_counter() - t0:.0f} s ({failed} refused)", flush=True)
+    config = config_mod.from_dict({
+        "slurm_conf": str(cluster.slurm_conf), "database": str(tmp / "gavel.db"),
+        "throughputs": str(throughputs(tmp / "throughputs.json", types)),
+        "policy": args.policy, "round_seconds": args.round_seconds,
+        "grace_seconds": 60}, source="bench")
+    timeouts = Timeouts()
+    logging.getLogger("slurm_gavel").addHandler(timeouts)
+    daemon = Daemon(config)
+    phases = Phases()
+    cli, backend, store = daemon.cli, daemon.backend, daemon.store
+    phases.wrap(cli, "squeue", "read")
+    phases.wrap(cli, "nodes", "read")
+    phases.wrap(cli, "job_states", "look")
+    phases.wrap(backend, "observe", "observe")
+    phases.wrap(backend, "execute", "enforce")
+    phases.wrap(backend, "show_holds", "status")
+    for name in ("observe", "round", "usage", "allocation", "status"):
+        phases.wrap(store, name, "record")
+    import slurm_gavel.core.engine as engine_mod
+    phases.wrap(engine_mod, "plan_round", "plan")
+    busy = {"share": float("nan")}       # not seen before the first poll
+
+    def cluster_states(states, status, _original=daemon.metrics.cluster):
+        by_state: dict[str, int] = {}
+        for (_, _, s), n in states.items():
+            by_state[s] = by_state.get(s, 0) + n
+        gpus = sum(by_state.values()) or 1
+        busy["share"] = (by_state.get("gavel", 0) + by_state.get("other", 0)) / gpus
+        return _original(states, status)
+    daemon.metrics.cluster = cluster_states
+
+    header = (f"{'round':>5} {'wall s':>7} {'look':>5} {'read':>6} {'reconc':>6} {'solve':>6} {'plan':>5} "
+              f"{'enforce':>7} {'record':>6} {'status':>6} {'started':>7} {'preempt':>7} "
+              f"{'calls':>5} {'tmo':>3} {'RPCs':>6} {'ctld s':>6} {'upd RPCs':>8} {'busy':>5}")
+    print(header, flush=True)
+    last = {"t": time.perf_counter(), "calls": 0, "rpcs": rpcs(cluster), "timeouts": 0,
+            "solve": daemon.engine.allocator.solve_seconds}
+    original_round = daemon.metrics.round
+
+    def on_round(plan, *a, **k):
+        original_round(plan, *a, **k)
+        now = time.perf_counter()
+        spent = phases.take()
+        calls = sum(n for c, n in cli.commands.items() if c not in READS)
+        seen = rpcs(cluster)
+        count = sum(c for c, _ in seen.values()) - sum(c for c, _ in last["rpcs"].values())
+        micros = sum(t for _, t in seen.values()) - sum(t for _, t in last["rpcs"].values())
+        updates = seen.get("REQUEST_UPDATE_JOB", (0, 0))[0] - \
+            last["rpcs"].get("REQUEST_UPDATE_JOB", (0, 0))[0]
+        solve = daemon.engine.allocator.solve_seconds
+        read = spent.get("read", 0.0)
+        print(f"{plan.round:5d} {now - last['t']:7.1f} {spent.get('look', 0.0):5.2f} {read:6.2f} "
+              f"{spent.get('observe', 0.0) - read:6.2f} {solve - last['solve']:6.2f} "
+              f"{spent.get('plan', 0.0):5.2f} {spent.get('enforce', 0.0):7.2f} "
+              f"{spent.get('record', 0.0):6.2f} {spent.get('status', 0.0):6.2f} "
+              f"{len(plan.start):7d} {len(plan.preempt):7d} {calls - last['calls']:5d} "
+              f"{timeouts.count - last['timeouts']:3d} {count:6d} {micros / 1e6:6.2f} "
+              f"{updates:8d} {'-' if busy['share'] != busy['share'] else format(busy['share'], '.0%'):>5}",
+              flush=True)
+        last.update(t=now, calls=calls, rpcs=seen, timeouts=timeouts.count, solve=solve)
+    daemon.metrics.round = on_round
+    daemon.run(max_rounds=args.rounds)
+    print("(each row: the round's plan and enforce, and the ticks and status writes "
+          "since the round before; busy at the round's poll)")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ average, which includes the plugin), and the ratio of each arm to `plain`.
 from __future__ import annotations
 
 import argparse
-import re
-import statistics
 import sys
 import tempfile
 import time
@@ -33,9 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._cluster import no_cluster, summary  # noqa: E402
-from slurm_gavel.devcluster import (DevCluster, default_job_submit_lua, node_list,  # noqa: E402
-                                    pick_ports)
+from bench._cluster import local_cluster, no_cluster, rpcs, summary  # noqa: E402
+from slurm_gavel.devcluster import DevCluster  # noqa: E402
 
 TYPES = {"v100": (1, 4), "k80": (1, 4)}
 MODELS = ("convnet", "rl-agent", "translation", "language-model")
@@ -43,10 +40,7 @@ MODELS = ("convnet", "rl-agent", "translation", "language-model")
 
 def submit_rpc(cluster: DevCluster) -> tuple[int, int]:
     """sdiag's REQUEST_SUBMIT_BATCH_JOB (count, total_time in microseconds) so far."""
-    out = cluster.run(["sdiag"]).stdout
-    m = re.search(r"REQUEST_SUBMIT_BATCH_JOB\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)",
-                  out)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    return rpcs(cluster).get("REQUEST_SUBMIT_BATCH_JOB", (0, 0))
 
 
 def sbatch_args(arm: str, i: int) -> list[str]:
@@ -92,13 +86,6 @@ class Arm:
         return self.rpc_micros / self.rpcs / 1000 if self.rpcs else float("nan")
 
 
-def up(directory: Path, lua: Path | None) -> DevCluster:
-    ctld, slurmd = pick_ports(len(node_list(TYPES)))
-    cluster = DevCluster(directory, TYPES, ctld_port=ctld, slurmd_port=slurmd, job_submit_lua=lua)
-    cluster.up()
-    return cluster
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=600, help="submissions per arm (default: %(default)s)")
@@ -111,11 +98,8 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="gv-submit-", dir="/tmp") as tmp:
         tmp = Path(tmp)
-        clusters = []
-        try:
-            clusters.append(up(tmp / "a", None))
-            clusters.append(up(tmp / "b", default_job_submit_lua()))
-            bare, lua = clusters
+        with local_cluster(tmp / "a", TYPES, plugin=False) as bare, \
+                local_cluster(tmp / "b", TYPES) as lua:
             arms = [Arm("plain", bare), Arm("plain+lua", lua), Arm("gavel+lua", lua)]
             with ThreadPoolExecutor(args.clients) as pool:
                 for start in range(0, args.jobs, args.block):
@@ -133,9 +117,6 @@ def main() -> int:
                       f"{arm.rpc_ms / base.rpc_ms:8.2f} {arm.failed:6d}")
             print(f"pending on the plugin's cluster: {len(held)} jobs "
                   f"({sum(r in ('JobHeldUser', 'JobHeldAdmin') for r in held)} held)")
-        finally:
-            for cluster in clusters:
-                cluster.down()
     return 0
 
 

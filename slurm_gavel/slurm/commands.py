@@ -574,28 +574,22 @@ class SlurmCLI:
                 alone.append((job, fields))
         size = max(1, int(self.chunk))
         batches = [lines[i:i + size] for i in range(0, len(lines), size)]
-        failures: dict[str, SlurmCommandError] = {}
-
-        def batch(items) -> list[tuple[str, dict]]:
-            """One scontrol reading `items`' lines; the updates to do again on their own."""
+        def batch(items) -> tuple[list[tuple[str, dict]], SlurmUnreachable | None]:
+            """One scontrol reading `items`' lines: the updates to do again on their own, and
+            the error of all of them when slurmctld could not be reached."""
             ids = [job for job, _, _ in items]
             try:
                 done = self.run(["scontrol"], check=False, input="".join(line for _, _, line in items))
             except SlurmUnreachable as e:
-                for job in ids:
-                    failures[job] = e
-                return []
+                return [], e
             except SlurmCommandError:        # timed out: which lines were done is not known
-                return [(job, fields) for job, fields, _ in items]
+                return [(job, fields) for job, fields, _ in items], None
             if done.returncode == 0:
-                return []
+                return [], None
             if unreachable(done.stderr):
-                error = SlurmUnreachable(["scontrol", "update"], done.returncode, done.stderr)
-                for job in ids:
-                    failures[job] = error
-                return []
+                return [], SlurmUnreachable(["scontrol", "update"], done.returncode, done.stderr)
             refused = set(named(done.stderr, ids)) or set(ids)
-            return [(job, fields) for job, fields, _ in items if job in refused]
+            return [(job, fields) for job, fields, _ in items if job in refused], None
 
         def one(item):
             job, fields = item
@@ -607,7 +601,12 @@ class SlurmCLI:
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers or self.workers,
                                                        len(batches) + len(alone)))) as pool:
-            again = [item for redo in pool.map(batch, batches) for item in redo]
+            failures: dict[str, SlurmCommandError] = {}
+            again = []
+            for items, (redo, down) in zip(batches, pool.map(batch, batches)):
+                again += redo
+                if down is not None:
+                    failures.update((job, down) for job, _, _ in items)
             for job, error in pool.map(one, again + alone):
                 if error is not None:
                     failures[job] = error

@@ -9,15 +9,12 @@ the round ends.  Each Slurm read is counted where the daemon makes it (its CLI).
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
-from tests.support.daemon import submit, write_config
+from tests.support.daemon import daemon_thread, submit, write_config
 
-from slurm_gavel.daemon import config as config_mod
-from slurm_gavel.daemon.daemon import Daemon
 from slurm_gavel.daemon.store import SqliteStore
 
 pytestmark = pytest.mark.slurm24     # the look differs: --only-job-state from 23.11
@@ -40,10 +37,8 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
     # per tick (numbered): its reads in order, each ("look", the short job's state) or ("full", None)
     ticks: dict[int, list[tuple[str, str | None]]] = {}
     tick_no = [0]
-    holder, made = {}, threading.Event()
 
-    def run():          # the daemon's SQLite connection belongs to the thread that opens it
-        d = holder["daemon"] = Daemon(config_mod.load(config))
+    def counting(d):
         full, look, tick = d.cli.squeue, d.cli.job_states, d.clock.tick
 
         def counted_full():
@@ -63,15 +58,9 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
                 ticks.setdefault(tick_no[0], [])
                 tick_no[0] = -tick_no[0]
         d.cli.squeue, d.cli.job_states, d.clock.tick = counted_full, counted_look, counted_tick
-        made.set()
-        d.run()
 
-    runner = threading.Thread(target=run, daemon=True)
-    runner.start()
-    assert made.wait(60)
-    daemon = holder["daemon"]
     db = str(tmp_path / "gavel.db")
-    try:
+    with daemon_thread(config, counting) as (daemon, _):
         # both started by round 0 and seen running by the daemon (no start left to confirm)
         deadline = time.time() + 60
         while time.time() < deadline and not (
@@ -92,12 +81,6 @@ def test_quiet_ticks_read_no_full_queue_and_an_end_mid_round_is_seen_at_the_next
         last = abs(tick_no[0]) - 1         # the last tick that is over
         _, _, rounds = store_rows(db, long)
         assert rounds == 1
-    finally:
-        daemon.request_stop()
-        runner.join(timeout=120)
-        if daemon._watchdog is not None:
-            daemon._watchdog.cancel()
-    assert not runner.is_alive()
     after = {n: ticks.get(n, []) for n in range(quiet + 1, last + 1)}
     running = [reads for reads in after.values() if ("look", "RUNNING") in reads]
     # while nothing changed: each tick one look, no full read

@@ -10,17 +10,14 @@ three keep making progress.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
-from tests.support.daemon import queue, submit, write_config
+from tests.support.daemon import daemon_thread, queue, submit, write_config
 
 from slurm_gavel.core.engine import FILLING
 from slurm_gavel.core.model import Allocation
 from slurm_gavel.core.recompute import Immediate
-from slurm_gavel.daemon import config as config_mod
-from slurm_gavel.daemon.daemon import Daemon
 from slurm_gavel.cli.queue import main as gqueue
 
 
@@ -46,23 +43,14 @@ def test_a_waiting_job_with_no_share_fills_an_idle_gpu_type_and_yields_it(clean,
     cluster = clean
     config = write_config(tmp_path, cluster)        # no hysteresis: the jobs swap every round
     jobs = [submit(cluster, tmp_path, "language-model", 4, 600) for _ in range(3)]
-    made = threading.Event()
-    holder = {}
 
-    def run():          # the daemon's SQLite connection belongs to the thread that opens it
-        d = holder["daemon"] = Daemon(config_mod.load(config))
+    def v100_only(d):
         d.engine.allocator.close()
         d.engine.allocator = Immediate(V100Only())
-        made.set()
-        d.run()
 
-    runner = threading.Thread(target=run, daemon=True)
-    runner.start()
-    assert made.wait(60)
-    daemon = holder["daemon"]
     db = str(tmp_path / "gavel.db")
     fillers, seen_reason = [], False
-    try:
+    with daemon_thread(config, v100_only) as (_, runner):
         deadline = time.time() + 240
         while time.time() < deadline:
             running = partitions(cluster, jobs)
@@ -80,12 +68,6 @@ def test_a_waiting_job_with_no_share_fills_an_idle_gpu_type_and_yields_it(clean,
                 break
             assert runner.is_alive()
             time.sleep(1)
-    finally:
-        daemon.request_stop()
-        runner.join(timeout=120)
-        if daemon._watchdog is not None:
-            daemon._watchdog.cancel()
-    assert not runner.is_alive()
     # all three ran at once: the third on a type where nobody has a share, with its reason
     assert fillers, f"no job ever filled an idle type; squeue: {queue(cluster)}"
     assert seen_reason, "gqueue never said 'filling an idle GPU'"

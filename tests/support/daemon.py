@@ -1,13 +1,17 @@
 """The daemon on a local cluster, for the cluster tests: a preemptible batch job, its config,
-submit, start and stop (its output piped, or written to a log file read while it runs)."""
+submit, start and stop (its output piped, or written to a log file read while it runs, or
+the daemon's own objects in a thread of the test's process)."""
 from __future__ import annotations
 
 import json
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -134,6 +138,35 @@ class LoggedDaemon:
             self.proc.wait()
         self.out.close()
         return self.proc.returncode
+
+
+@contextmanager
+def daemon_thread(config: Path, prepare: Callable = lambda daemon: None):
+    """The daemon of `config` run in a thread of this process (its SQLite connection belongs
+    to the thread that opens it), `prepare(daemon)` called before its first round; yields
+    (daemon, thread), then stops it: it must have ended within 120 s."""
+    from slurm_gavel.daemon import config as config_mod
+    from slurm_gavel.daemon.daemon import Daemon
+    holder, made = {}, threading.Event()
+
+    def run():
+        d = holder["daemon"] = Daemon(config_mod.load(config))
+        prepare(d)
+        made.set()
+        d.run()
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    assert made.wait(60)
+    daemon = holder["daemon"]
+    try:
+        yield daemon, runner
+    finally:
+        daemon.request_stop()
+        runner.join(timeout=120)
+        if daemon._watchdog is not None:
+            daemon._watchdog.cancel()
+    assert not runner.is_alive()
 
 
 def gqueue(tmp: Path) -> dict[str, dict]:
