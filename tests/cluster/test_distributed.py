@@ -71,8 +71,11 @@ def _gqueue_shapes(db, shown: dict[str, set]) -> None:
         return
     from slurm_gavel.cli.queue import DEFAULT_FORMAT, table
     from slurm_gavel.daemon.views import rows
-    from slurm_gavel.daemon.store import SqliteStore
-    store = SqliteStore(db, readonly=True)
+    from slurm_gavel.daemon.store import SqliteStore, StoreError
+    try:
+        store = SqliteStore(db, readonly=True)
+    except StoreError:
+        return                     # the daemon has made the file, not yet its tables
     try:
         data, worker_types = rows(store)
     except sqlite3.Error:
