@@ -413,6 +413,10 @@ def run(args: argparse.Namespace) -> int:
                 status = st
     os.close(orders_w)
     code = exit_code(status)
+    if os.WIFSIGNALED(status):
+        # Said whether or not anything is left: the command's own processes may have
+        # ended already (PR_SET_PDEATHSIG), and the log is how a user learns why.
+        _log(f"the supervisor ended ({code}): killed by signal {os.WTERMSIG(status)}")
 
     def reap(seconds):
         time.sleep(seconds)
