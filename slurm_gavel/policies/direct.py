@@ -5,8 +5,10 @@ job: at most 26 rows in Gavel's workloads, 3 GPU types).  Through cvxpy each
 costs about 1.5 ms of refilling parameters and unpacking results around a
 solve that takes a fraction of that.  Without pair rows these LPs are simple
 enough to write out as HiGHS's column-wise arrays, which is what this module
-does; `LinearPolicy` uses it where it applies (no pair rows, fewer than
-MAX_COLUMNS entries of X) and the cvxpy formulation (lp.py) everywhere else.
+does; `LinearPolicy` uses it where it applies (fewer than MAX_COLUMNS entries
+of X, and pair rows only in max-min's class problems, `max_min_pairs`: pricing
+pair rows needs the cvxpy route's duals) and the cvxpy formulation (lp.py)
+everywhere else.
 Rows m stand for mult_m identical jobs (symmetry.py).
 
 Max-min (`MaxMinPolicy`), over X (rows m, types j) and t:
@@ -109,6 +111,7 @@ def _have_highspy() -> bool:
 class Solution:
     value: float        # the objective, in the policy's units
     x: np.ndarray       # (n, k)
+    pairs: np.ndarray | None = None     # (P, k) pair rows' X (max_min_pairs)
 
 
 def _power_of_two_scale(values: np.ndarray) -> float:
@@ -346,3 +349,76 @@ def _cost_row_pattern(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     start = np.arange(n * k, dtype=np.int32) * 3
     index.flags.writeable = start.flags.writeable = False
     return start, index
+
+
+def max_min_pairs(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
+                  multiplicity: np.ndarray, scale_factors: np.ndarray, pair_rows: np.ndarray,
+                  shared: np.ndarray, pair_cap: np.ndarray, second: np.ndarray | None = None,
+                  pareto_weight: np.ndarray | None = None,
+                  slack: float = 1e-7) -> Solution | None:
+    """`max_min` with pair rows Z (space sharing): the class problems of the simulator's packed rounds.
+
+    Pair row p = (a, b) on type j yields shared[p, j, 0] steps/s to a and
+    shared[p, j, 1] to b, takes one unit of each member's time and sf_a GPUs of
+    type j; a row standing for mult identical jobs shares its pair rows'
+    time and throughput among them (program.py's `_to_a`/`_to_b`).  So Z's
+    columns enter row a's and b's rate and time rows with 1/mult, and type j's
+    GPU row with sf_a; 0 <= Z <= pair_cap.  The Pareto stage puts `second` on X
+    and pareto_weight_a * shared_a + pareto_weight_b * shared_b on Z: the
+    cvxpy route's weighted sum of throughputs.  Returns x (n, k) and pairs (P, k).
+    """
+    import highspy
+    from .lazy import scipy_sparse as sp
+
+    n, k = solo.shape
+    P = len(pair_rows)
+    nk, pk = n * k, P * k
+    rate = coef[:, None] * solo
+    a, b = pair_rows[:, 0], pair_rows[:, 1]
+    pair_rate = np.stack([coef[a, None] * shared[:, :, 0] / multiplicity[a, None],
+                          coef[b, None] * shared[:, :, 1] / multiplicity[b, None]], axis=2)
+    scale = _power_of_two_scale(np.concatenate([rate.ravel(), pair_rate.ravel()]))
+    # Rows: rate rows (n), time rows (n), GPU rows (k).  Columns: X (job-major), Z, t.
+    m, j = np.repeat(np.arange(n), k), np.tile(np.arange(k), n)
+    p, q = np.repeat(np.arange(P), k), np.tile(np.arange(k), P)
+    pa, pb = a[p], b[p]
+    rows = np.concatenate([m, n + m, 2 * n + j,
+                           pa, pb, n + pa, n + pb, 2 * n + q,
+                           np.arange(n)])
+    cols = np.concatenate([np.arange(nk)] * 3 + [nk + np.arange(pk)] * 5 + [np.full(n, nk + pk)])
+    values = np.concatenate([-rate.ravel() * scale, np.ones(nk), np.repeat(multiplicity * scale_factors, k),
+                             -pair_rate[:, :, 0].ravel() * scale, -pair_rate[:, :, 1].ravel() * scale,
+                             1.0 / multiplicity[pa], 1.0 / multiplicity[pb],
+                             scale_factors[pa].astype(float), np.ones(n)])
+    matrix = sp.csc_matrix((values, (rows, cols)), shape=(2 * n + k, nk + pk + 1))   # sums a == b
+    matrix.sort_indices()
+    n_cols = nk + pk + 1
+    cost = np.zeros(n_cols)
+    cost[-1] = 1.0
+    col_upper = np.concatenate([feasible.astype(float).ravel(), pair_cap.astype(float).ravel(),
+                                [highspy.kHighsInf]])
+    row_upper = np.concatenate([np.zeros(n), np.ones(n), counts.astype(float)])
+    found = _solve(nk + pk, 2 * n + k, cost, col_upper, row_upper, matrix.indptr.astype(np.int32),
+                   matrix.indices.astype(np.int32), matrix.data, DUAL, columns=second is None)
+    if found is None:
+        return None
+    columns, objective = found
+    if second is not None:
+        h = _highs()
+        floor = objective * (1 - slack) if objective > NOISE else 0.0
+        h.changeColBounds(nk + pk, floor, highspy.kHighsInf)
+        weight = np.zeros(n) if pareto_weight is None else pareto_weight
+        on_pairs = weight[a, None] * shared[:, :, 0] + weight[b, None] * shared[:, :, 1]
+        gain = np.concatenate([second.ravel(), on_pairs.ravel(), [0.0]])
+        gain *= _power_of_two_scale(gain)
+        h.changeColsCost(n_cols, np.arange(n_cols, dtype=np.int32), gain)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        columns = np.asarray(h.getSolution().col_value)
+    x = columns[:nk].reshape(n, k)
+    z = columns[nk:nk + pk].reshape(P, k)
+    attained = (rate * x).sum(axis=1)
+    np.add.at(attained, a, (pair_rate[:, :, 0] * z).sum(axis=1))
+    np.add.at(attained, b, (pair_rate[:, :, 1] * z).sum(axis=1))
+    return Solution(float(attained.min()), x, z)

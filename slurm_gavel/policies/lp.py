@@ -5,8 +5,9 @@ solves, checks the status and returns an `Allocation`.  Before that it
 shrinks the problem without changing the optimum: identical jobs share one
 row (symmetry.py), and with space sharing, pair rows are priced (column
 generation) so that the LP holds only the pairs that matter.  Max-min and
-max-sum problems without pair rows skip cvxpy: direct.py hands the same LP to
-HiGHS as arrays (the simulator solves thousands of them).
+max-sum problems without pair rows, and max-min class problems with them (no
+pricing there), skip cvxpy: direct.py hands the same LP to HiGHS as arrays
+(the simulator solves thousands of them).
 
 Pareto efficiency and one answer per input.  A max-min LP has many optimal X
 (it is indifferent to every job above the minimum), and a solver returns
@@ -213,7 +214,9 @@ class LinearPolicy:
         """
         found = self.direct(structure, numbers, rates, params) if direct_ok else None
         if found is not None:
-            return found.value, clean(found.x, numbers.feasible), np.zeros((0, structure.n_types)), None
+            pairs = (np.zeros((0, structure.n_types)) if found.pairs is None
+                     else clean(found.pairs, numbers.pair_feasible))
+            return found.value, clean(found.x, numbers.feasible), pairs, None
         compiled = self._compiled(structure, numbers, rates, params)
         value = self.solve(compiled, inp)
         return value, *compiled.program.values(), compiled
@@ -363,11 +366,17 @@ class MaxMinPolicy(CoefficientPolicy):
     second_stage = True
 
     def direct(self, structure, numbers, rates, params):
-        if not _direct_applies(self, MaxMinPolicy, structure, rates, params):
+        if not _direct_applies(self, MaxMinPolicy, structure, rates, params, pairs=True):
             return None
         coef = np.asarray(params["coef"], dtype=float)
-        second = (pareto_gains(np.asarray(params["pareto_weight"], dtype=float), numbers.solo,
-                               structure.multiplicity) if self.pareto else None)
+        own = np.asarray(params["pareto_weight"], dtype=float) if self.pareto else None
+        second = pareto_gains(own, numbers.solo, structure.multiplicity) if self.pareto else None
+        if len(structure.pair_jobs):
+            # Class problems with pair rows (symmetry.py): no pricing, so no duals needed.
+            return direct.max_min_pairs(coef, numbers.solo, numbers.feasible, numbers.counts,
+                                        structure.multiplicity, structure.scale_factors,
+                                        structure.pair_jobs, numbers.shared, numbers.pair_feasible,
+                                        second=second, pareto_weight=own, slack=PRIMARY_SLACK)
         return direct.max_min(coef, numbers.solo, numbers.feasible, numbers.counts,
                               structure.multiplicity, structure.scale_factors, second=second,
                               slack=PRIMARY_SLACK)
@@ -456,9 +465,11 @@ class MaxSumPolicy(CoefficientPolicy):
 
 
 def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rates: dict,
-                    params: dict) -> bool:
-    """direct.py solves `base`'s own LP: no pair rows, no other rates, the formulation not overridden."""
-    return (policy.use_direct and not len(structure.pair_jobs) and not rates
+                    params: dict, pairs: bool = False) -> bool:
+    """direct.py solves `base`'s own LP: no other rates, the formulation not overridden, and
+    no pair rows unless `pairs` (the route has them)."""
+    n_pairs = len(structure.pair_jobs)
+    return (policy.use_direct and (pairs or not n_pairs) and not rates
             and set(params) <= {"coef", "pareto_weight"}
             and type(policy).formulate is base.formulate and type(policy).solve is base.solve
-            and direct.applies(structure.n_jobs, structure.n_types))
+            and direct.applies(structure.n_jobs + n_pairs, structure.n_types))

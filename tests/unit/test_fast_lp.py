@@ -133,12 +133,53 @@ def test_answer_depends_on_the_input_alone():
     assert np.array_equal(first.x, again.x)
 
 
-def test_space_sharing_keeps_the_cvxpy_route():
+def test_space_sharing_with_pricing_keeps_the_cvxpy_route():
+    """Jobs all different: pricing pair rows needs the cvxpy route's duals."""
     rng = np.random.default_rng(5)
     inp = random_input(rng, 8, 3, pairs=10)
     policy = make_policy("max_min_fairness", space_sharing=True)
     policy.allocate(inp)
     assert inner(policy)._cache._entries
+
+
+def classes_with_pairs(rng, kinds: int, copies: int, k: int = 3):
+    """`kinds` kinds of job, `copies` of each, every two jobs of one scale factor a pair whose
+    shared throughputs depend on the two kinds alone: the simulator's packed problems."""
+    base = random_input(rng, kinds, k, multi_gpu=True)
+    kind = np.repeat(np.arange(kinds), copies)
+    share = rng.uniform(0.3, 0.8, size=(kinds, kinds, k))
+    sf = base.scale_factors[kind]
+    a, b = np.triu_indices(len(kind), k=1)
+    keep = sf[a] == sf[b]
+    a, b = a[keep], b[keep]
+    solo = base.throughputs[kind]
+    pair = np.stack([solo[a] * share[kind[a], kind[b]], solo[b] * share[kind[b], kind[a]]], axis=2)
+    return make_input(solo, base.counts * copies, scale_factors=sf, weights=base.weights[kind],
+                      steps_remaining=base.steps_remaining[kind],
+                      time_since_arrival=base.time_since_arrival[kind],
+                      pair_jobs=np.stack([a, b], axis=1), pair_throughputs=pair)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_space_sharing_class_problems_take_the_direct_route(seed):
+    """Identical jobs with pair rows (the simulator's packed rounds): HiGHS directly, the cvxpy
+    route's optimum, primary level and Pareto stage alike."""
+    rng = np.random.default_rng(40 + seed)
+    inp = classes_with_pairs(rng, int(rng.integers(2, 6)), int(rng.integers(2, 5)))
+    fast = make_policy("max_min_fairness", space_sharing=True)
+    slow = make_policy("max_min_fairness", space_sharing=True)
+    inner(slow).use_direct = False
+    a, b = fast.allocate(inp), slow.allocate(inp)
+    assert a.info.get("job_classes"), "the input is solved by classes"
+    assert not inner(fast)._cache._entries, "the direct route compiles nothing"
+    assert a.objective == pytest.approx(b.objective, rel=1e-6, abs=1e-9)
+    assert_feasible(a, inp)
+    # the Pareto stage's sum of weighted normalized throughputs: the same optimum
+    lp = inner(fast)
+    weight = lp.pareto_weights(inp, lp.coefficients(inp))
+    assert (weight * a.effective_throughputs(inp)).sum() == pytest.approx(
+        (weight * b.effective_throughputs(inp)).sum(), rel=1e-5)
+    assert a.x_pairs.sum() > 0 or b.x_pairs.sum() == 0
 
 
 def test_large_problems_keep_the_cvxpy_route():
