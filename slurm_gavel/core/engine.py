@@ -49,6 +49,7 @@ from .ledger import Churn, Ledger
 from .mechanism import only_types, plan_round, row_index, type_columns
 from .model import Allocation, PolicyInput
 from .plan import RoundPlan, Server
+from .recompute import policy_with
 from .state import EngineState
 from .store import MemoryStore
 from .throughputs import JobThroughputs
@@ -541,9 +542,11 @@ class Engine:
     def snapshot(self) -> EngineState:
         """The working state a restarted engine needs to go on as if it had not stopped."""
         since, total = self.ledger.snapshot()
+        holder = policy_with(self.allocator, "memory")
         return EngineState(self.round, self.worker_types, self._last_reset, self._last_submit,
                            self._job_ids, self._servers, since, total, self.allocation,
-                           dict(self.unschedulable), self.ledger.owed_snapshot())
+                           dict(self.unschedulable), self.ledger.owed_snapshot(),
+                           holder.memory() if holder is not None else {})
 
     def resume(self, state: EngineState) -> None:
         """Take over the state of an earlier run (before the first round).
@@ -565,6 +568,14 @@ class Engine:
         self._reported = set(state.unschedulable)
         if state.allocation is not None and state.allocation.worker_types == self.worker_types:
             self.allocation = self._solved = self._restored = state.allocation
+        holder = policy_with(self.allocator, "remember")
+        if holder is not None and state.policy_memory:
+            try:
+                holder.remember(state.policy_memory)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                # the rounds go on; the policy starts from what it sees, as on a new database
+                log.warning("not resuming the policy's memory (%s: %s): it starts afresh",
+                            type(e).__name__, e)
 
     def _save_state(self) -> None:
         """Queue the working state for the store (written with the next observation's records)."""

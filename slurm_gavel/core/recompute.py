@@ -30,6 +30,19 @@ from .interfaces import Allocator
 from .model import Allocation, PolicyInput
 
 
+def policy_with(allocator, method: str):
+    """The first policy along the allocator's chain of wrappers (`.policy`) that has `method`
+    (e.g. `memory`, what a policy keeps between solves), or None."""
+    obj = getattr(allocator, "policy", None)
+    for _ in range(16):             # wrappers are a few deep; never loop on a cycle
+        if obj is None:
+            return None
+        if callable(getattr(obj, method, None)):
+            return obj
+        obj = getattr(obj, "policy", None)
+    return None
+
+
 @dataclass(frozen=True)
 class Failure:
     time: float

@@ -37,6 +37,9 @@ class EngineState:
     allocation: Allocation | None                   # the allocation in force
     unschedulable: Mapping[str, str] = field(default_factory=dict)
     owed: Mapping[Row, tuple[float, ...]] = field(default_factory=dict)   # carried over resets
+    # what a policy keeps between solves (finish-time fairness: each job's isolated-equivalent
+    # time), plain JSON data from its `memory()`; {} for the policies that keep nothing
+    policy_memory: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class EngineState:
             "allocation": None if self.allocation is None else allocation_to_dict(self.allocation),
             "unschedulable": dict(self.unschedulable),
             "owed": [[list(row), list(s)] for row, s in self.owed.items()],
+            "policy_memory": dict(self.policy_memory),
         }
 
     @classmethod
@@ -72,7 +76,8 @@ class EngineState:
                 allocation=None if allocation is None else allocation_from_dict(allocation),
                 unschedulable={str(k): str(v) for k, v in data.get("unschedulable", {}).items()},
                 owed={tuple(str(j) for j in row): tuple(float(s) for s in seconds)
-                      for row, seconds in data.get("owed", [])})
+                      for row, seconds in data.get("owed", [])},
+                policy_memory=_mapping(data.get("policy_memory", {})))
         except InputError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -105,6 +110,12 @@ def _number_out(v: float):
 
 def _number_in(v) -> float:
     return float(v)
+
+
+def _mapping(v) -> dict:
+    if not isinstance(v, dict):
+        raise TypeError(f"policy_memory is a {type(v).__name__}, not an object")
+    return dict(v)
 
 
 __all__ = ["EngineState", "allocation_from_dict", "allocation_to_dict"]

@@ -172,7 +172,7 @@ def _bounds(n_cols: int, n_x: int, n_rows: int) -> tuple[np.ndarray, np.ndarray,
 
 
 def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, value, strategy: int = DUAL,
-           columns: bool = True):
+           columns: bool = True, t_lower: float | None = None):
     """HiGHS on: max cost.x s.t. rows <= row_upper, 0 <= X <= col_upper, t free.
 
     The first `n_x` columns are X (lower bound 0), any after them t (free);
@@ -188,6 +188,9 @@ def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, valu
         _local.strategy = strategy
     n_cols = len(col_upper)
     col_lower, row_lower, integrality = _bounds(n_cols, n_x, n_rows)
+    if t_lower is not None:         # the columns after X (t) bounded below
+        col_lower = col_lower.copy()
+        col_lower[n_x:] = t_lower
     colwise, maximize = _enums()
     status = h.passModel(n_cols, n_rows, len(value), colwise, maximize, 0.0, cost, col_lower,
                          col_upper, row_lower, row_upper, start, index, value, integrality)
@@ -422,3 +425,119 @@ def max_min_pairs(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, coun
     np.add.at(attained, a, (pair_rate[:, :, 0] * z).sum(axis=1))
     np.add.at(attained, b, (pair_rate[:, :, 1] * z).sum(axis=1))
     return Solution(float(attained.min()), x, z)
+
+
+def _level(rate: np.ndarray, bound: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
+           multiplicity: np.ndarray, scale_factors: np.ndarray, floor: float | None = None,
+           second: np.ndarray | None = None) -> tuple[float, np.ndarray] | None:
+    """max t s.t. t <= sum_j rate_mj X_mj for the rows m with `bound`, under (1)-(3): (t, X).
+
+    Rows without `bound` only share the GPUs.  With `floor`, t >= floor is a
+    constraint instead and sum second_mj X_mj is maximized (one LP: the Pareto
+    stage of a level already known); the t returned is then the floor.
+    """
+    import highspy
+    n, k = rate.shape
+    nk = n * k
+    scale = _power_of_two_scale(rate)
+    start, index, cost, _ = _max_min_shape(n, k)
+    value = np.empty(3 * nk + n)
+    entries = value[:3 * nk].reshape(n, k, 3)
+    np.negative(rate * scale, out=entries[:, :, 0])
+    entries[:, :, 1] = 1.0
+    entries[:, :, 2] = (multiplicity * scale_factors)[:, None]
+    value[3 * nk:] = bound.astype(float)          # t's entry in each rate row
+    row_upper = np.zeros(2 * n + k)
+    row_upper[n:2 * n] = 1.0
+    row_upper[2 * n:] = counts
+    col_upper = np.empty(nk + 1)
+    col_upper[:nk] = feasible.ravel()
+    col_upper[nk] = highspy.kHighsInf
+    t_lower = None
+    if floor is not None:
+        # t's floor in the model's scaled units; X's objective scaled to ~1
+        cost = np.zeros(nk + 1)
+        cost[:nk] = second.ravel() * _power_of_two_scale(second)
+        t_lower = floor * scale
+    found = _solve(nk, 2 * n + k, cost, col_upper, row_upper, start, index, value, DUAL,
+                   t_lower=t_lower)
+    if found is None:
+        return None
+    if floor is not None:
+        return floor, found[0][:nk].reshape(n, k)
+    columns, objective = found
+    return objective / scale, columns[:nk].reshape(n, k)
+
+
+def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarray, solo: np.ndarray,
+                  feasible: np.ndarray, counts: np.ndarray, multiplicity: np.ndarray,
+                  scale_factors: np.ndarray, second: np.ndarray | None = None,
+                  rho_slack: float = 1e-6, slack: float = 1e-7, tolerance: float = 1e-9,
+                  max_steps: int = 60) -> Solution | None:
+    """minimize_X max_m rho_m, rho_m = fixed_m + scaled_m / speedup_m(X), speedup_m = v_m sum_j T_mj X_mj.
+
+    Finish-time fairness (fairness.py) without a conic solver.  rho_m <= R reads
+    c_m(R) speedup_m >= 1 with c_m(R) = (R - fixed_m) / scaled_m, so for a trial R
+    the max-min LP L(R) = max_X min_m c_m(R) speedup_m says how far R is: its X
+    attains max_m rho_m(X), an upper bound, and since every X leaves some job at
+    c_m(R) speedup_m <= L(R), min_m fixed_m + (R - fixed_m) / L(R) is a lower
+    bound.  The next R is the best X's rho (Dinkelbach's step for a min-max of
+    ratios, Crouzeix-Ferland-Schaible), a bisection where that stalls, until the
+    bounds meet within `tolerance` (relative).  Jobs with scaled_m = 0 have a
+    constant rho and only share the GPUs.
+
+    With `second` (n, k), the Pareto stage: rho_m <= R*(1 + rho_slack) as floors
+    on each job's speedup, sum second_mj X_mj maximized (the same LP as the
+    cvxpy route's).  The value returned is the optimal rho (the final X is within
+    rho_slack of it, as on the conic route).  None
+    when HiGHS does not reach an optimum or a job can get no speedup at all.
+    """
+    n, k = solo.shape
+    speed = inv_isolated[:, None] * solo
+    active = scaled > 0
+    constant = float(fixed[~active].max()) if (~active).any() else 0.0
+
+    def attained(x: np.ndarray) -> float:
+        got = (speed * x).sum(axis=1)[active]
+        if (got <= 0).any():
+            return math.inf
+        return max(constant, float((fixed[active] + scaled[active] / got).max()))
+
+    best_x = None
+    if active.any():
+        most = (speed * (feasible > 0)).max(axis=1)[active]
+        if (most <= 0).any():
+            return None
+        low = max(constant, float((fixed[active] + scaled[active] / most).max()))
+        high, trial = math.inf, low
+        for _ in range(max_steps):
+            coef = np.where(active, (trial - fixed) / np.where(active, scaled, 1.0), 0.0)
+            found = _level(coef[:, None] * speed, active, feasible, counts, multiplicity, scale_factors)
+            if found is None:
+                return None
+            level, x = found
+            rho = attained(x)
+            if rho < high:
+                high, best_x = rho, x
+            if level > 0:
+                low = max(low, min(trial, float((fixed[active] + (trial - fixed[active]) / level).min())))
+            if high - low <= tolerance * high:
+                break
+            # Dinkelbach's step; a bisection where it would not move
+            trial = high if high < trial else 0.5 * (low + high)
+        if best_x is None or not math.isfinite(high):
+            return None
+    else:
+        high = constant
+        best_x = np.zeros((n, k))
+    if second is None:
+        return Solution(high, best_x)
+    room = high * (1 + rho_slack) - fixed
+    bound = active & (room > 0)
+    coef = np.divide(room, scaled, out=np.zeros(n), where=bound)
+    found = _level(coef[:, None] * speed, bound, feasible, counts, multiplicity, scale_factors,
+                   floor=1.0 - slack, second=second)
+    if found is None:
+        return None
+    # the primary optimum, as the conic route reports it; X is within rho_slack of it
+    return Solution(high, found[1])

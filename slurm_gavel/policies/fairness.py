@@ -7,6 +7,7 @@ import numpy as np
 
 from .lazy import cvxpy as cp
 from ..core.model import PolicyInput
+from . import direct
 from .lp import PRIMARY_SLACK, TIE_BREAK, LinearPolicy, MaxMinPolicy, _unit_scale, tie_break
 from .program import AllocationProgram
 from .solver import CONIC_SOLVERS, LP_SOLVERS, Compiled, solve
@@ -16,6 +17,12 @@ from .solver import CONIC_SOLVERS, LP_SOLVERS, Compiled, solve
 RHO_SLACK = 1e-6
 
 log = logging.getLogger("slurm_gavel.policies")
+
+
+def _json_number(v: float):
+    """JSON has no NaN (a job without steps=): a string keeps it."""
+    v = float(v)
+    return v if np.isfinite(v) else repr(v)
 
 
 class MaxMinFairness(MaxMinPolicy):
@@ -107,6 +114,25 @@ class FinishTimeFairness(LinearPolicy):
     def check(self, inp: PolicyInput):
         """Every input solves: a job without steps_remaining gets the rho of the class docstring."""
 
+    def memory(self) -> dict:
+        """e_m and what it was last computed from, per job, as plain data: the daemon keeps it
+        with the engine's state, so that a restart does not reset every job's e_m to 0 (which
+        would overstate the rho of every job that has made progress)."""
+        seconds, last = self.isolated_seconds, self._last      # (each replaced whole, never edited)
+        return {"policy": self.name,
+                "isolated_seconds": {job: float(v) for job, v in seconds.items()},
+                "last": {job: [_json_number(a), _json_number(b)] for job, (a, b) in last.items()}}
+
+    def remember(self, memory: dict) -> None:
+        """Take back what `memory` returned (another policy's memory, or none, is ignored)."""
+        if not memory or memory.get("policy") != self.name:
+            return
+        seconds = {str(job): float(v) for job, v in memory["isolated_seconds"].items()}
+        last = {str(job): (float(a), float(b)) for job, (a, b) in memory["last"].items()}
+        if any(not np.isfinite(v) or v < 0 for v in seconds.values()):
+            raise ValueError("isolated_seconds must be finite and >= 0")
+        self.isolated_seconds, self._last = seconds, last
+
     def allocate(self, inp: PolicyInput):
         self._say_unknown(inp)
         self._account(inp)
@@ -154,6 +180,27 @@ class FinishTimeFairness(LinearPolicy):
             program.constraints + [cp.multiply(p["level_coef"], program.throughput) >= p["bar"]])
         return primary, {"fixed": fixed, "scaled": scaled, "inv_isolated": inv_isolated,
                          "_second": second, **{"_" + name: v for name, v in p.items()}}
+
+    def direct(self, structure, numbers, rates, params):
+        """The same optimum as a few max-min LPs on HiGHS (direct.min_max_ratio), no conic solve."""
+        # Only with the Pareto stage, which makes the answer one X: without it (the agnostic
+        # baseline) the conic route's interior point and a simplex vertex are different optima,
+        # and the baseline is kept as it was measured (docs/simulation.md).
+        if not (self.use_direct and self.pareto and not len(structure.pair_jobs) and not rates
+                and type(self).formulate is FinishTimeFairness.formulate
+                and type(self).solve is FinishTimeFairness.solve
+                and direct.applies(structure.n_jobs, structure.n_types)):
+            return None
+        fixed, scaled, inv_isolated = (np.asarray(params[name], dtype=float)
+                                       for name in ("fixed", "scaled", "inv_isolated"))
+        second = None
+        if self.pareto:     # the cvxpy route's Pareto objective: gain @ throughput + tie @ x
+            solo = numbers.solo
+            weight = structure.multiplicity * inv_isolated
+            second = weight[:, None] * solo * (1.0 + TIE_BREAK * tie_break(*solo.shape))
+        return direct.min_max_ratio(fixed, scaled, inv_isolated, numbers.solo, numbers.feasible,
+                                    numbers.counts, structure.multiplicity, structure.scale_factors,
+                                    second=second, rho_slack=RHO_SLACK, slack=PRIMARY_SLACK)
 
     def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
         rho = solve(compiled.problem, self.solvers, self.name)

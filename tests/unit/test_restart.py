@@ -61,7 +61,7 @@ def _run(tmp_path, restart_at: int | None, rounds: int, seed: int = 5, policy="m
     return plans
 
 
-@pytest.mark.parametrize("policy", ["max_min_fairness", "fifo"])
+@pytest.mark.parametrize("policy", ["max_min_fairness", "fifo", "finish_time_fairness"])
 @pytest.mark.parametrize("restart_at", [7, 15, 30])
 def test_a_resumed_engine_plans_the_rounds_the_same_engine_would_have(tmp_path, restart_at, policy):
     straight = _run(tmp_path, None, 45, policy=policy)
@@ -119,3 +119,74 @@ def test_an_unreadable_saved_state_is_a_clear_error(tmp_path, damage):
             EngineState.from_dict(json.loads(damage))
         else:
             raise InputError("engine state", "not json")
+
+
+def _ftf_engine_after(tmp_path, rounds: int):
+    table = small_table()
+    jobs = generate_trace(table, n_jobs=12, rate_per_hour=8, seed=2)
+    clock = SimulatedClock()
+    backend = SimulatedCluster(jobs, table, CLUSTER, clock, gpus_per_node=2)
+    store = SqliteStore(tmp_path / "f.db", clock=clock.now)
+    engine = _engine(clock, backend, table, store, "finish_time_fairness")
+    for _ in range(rounds):
+        engine.step()
+    return clock, backend, table, store, engine
+
+
+def test_finish_time_fairness_memory_goes_with_the_state(tmp_path):
+    """Each job's isolated-equivalent time (FTF's e_m) is saved and taken back by a new policy."""
+    clock, backend, table, store, engine = _ftf_engine_after(tmp_path, 12)
+    state = engine.snapshot()
+    kept = state.policy_memory["isolated_seconds"]
+    assert any(v > 0 for v in kept.values()), "jobs made progress: e_m > 0"
+    back = EngineState.from_dict(json.loads(json.dumps(state.to_dict())))
+    fresh = _engine(clock, backend, table, store, "finish_time_fairness")
+    fresh.resume(back)
+    assert fresh.snapshot().policy_memory == state.policy_memory
+
+
+@pytest.mark.parametrize("memory", [{"policy": "finish_time_fairness", "isolated_seconds": {"1": "x"},
+                                     "last": {}},
+                                    {"policy": "finish_time_fairness", "isolated_seconds": {"1": -5.0},
+                                     "last": {}},
+                                    {"policy": "finish_time_fairness"}])
+def test_a_damaged_policy_memory_is_said_and_the_policy_starts_afresh(tmp_path, caplog, memory):
+    clock, backend, table, store, engine = _ftf_engine_after(tmp_path, 3)
+    state = engine.snapshot()
+    damaged = EngineState.from_dict({**state.to_dict(), "policy_memory": memory})
+    fresh = _engine(clock, backend, table, store, "finish_time_fairness")
+    with caplog.at_level("WARNING"):
+        fresh.resume(damaged)
+    assert "not resuming the policy's memory" in caplog.text
+    assert fresh.round == state.round            # the rest of the state is resumed
+    fresh.step()
+
+
+def test_a_policy_memory_that_is_not_an_object_is_an_unreadable_state():
+    with pytest.raises(InputError, match="policy_memory"):
+        EngineState.from_dict({**_minimal_state(), "policy_memory": [1, 2]})
+
+
+def _minimal_state() -> dict:
+    return {"version": EngineState(0, ("a",), 0.0, 0.0, (), (), {}, {}, None).to_dict()["version"],
+            "round": 0, "worker_types": ["a"], "last_reset": 0.0, "last_submit": 0.0, "job_ids": [],
+            "servers": [], "since_reset": [], "total": {}, "allocation": None}
+
+
+def test_the_daemons_wrapped_policy_keeps_its_memory_too():
+    """The daemon's allocator: a Background thread around a timed, agnostic, pair-less policy."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from slurm_gavel.core.recompute import Background, policy_with
+    from slurm_gavel.daemon.metrics import TimedPolicy
+
+    histogram = Histogram("solve_seconds", "test", registry=CollectorRegistry())
+    for agnostic in (False, True):
+        allocator = Background(TimedPolicy(make_policy("ftf", agnostic=agnostic), histogram))
+        try:
+            holder = policy_with(allocator, "memory")
+            assert holder is not None and holder.name == "finish_time_fairness"
+            assert policy_with(allocator, "remember") is holder
+        finally:
+            allocator.close()
+    assert policy_with(Immediate(make_policy("max_min_fairness")), "memory") is None
