@@ -95,3 +95,21 @@ def test_a_job_at_time_zero_is_max_min_fairness():
     fast, a, _ = check(inp)
     mmf = make_policy("max_min_fairness").allocate(inp)
     assert a.objective == pytest.approx(1 / mmf.objective, rel=1e-5)
+
+
+def _degenerate():
+    from tests.unit.test_fast_lp import DEGENERATE
+    return DEGENERATE
+
+
+@pytest.mark.parametrize("case", sorted(_degenerate()))
+def test_same_rho_on_degenerate_inputs(case):
+    inp = _degenerate()[case]
+    if inp.time_since_arrival is None or np.ndim(inp.time_since_arrival) == 0:
+        inp = make_input(inp.throughputs, inp.counts, scale_factors=inp.scale_factors,
+                         weights=inp.weights, steps_remaining=inp.steps_remaining,
+                         time_since_arrival=np.linspace(0, 5e3, inp.n_jobs))
+    fast, slow = routes()
+    a, b = fast.allocate(inp), slow.allocate(inp)
+    assert_feasible(a, inp)
+    assert a.objective == pytest.approx(b.objective, rel=2e-6)
