@@ -24,7 +24,10 @@ core/ledger.py), and the GPUs that are free for it.  Each round it
    back in the next round simply by coming first (`usable`, `RoundPlan.filling`);
 4. places the picked rows on servers: a row that stays on its type keeps its
    servers (its lease is renewed, it is not stopped at all); the others go
-   largest scale factor first onto as few servers as possible.
+   largest scale factor first onto as few servers as possible, smaller rows
+   moving whole to other servers when that keeps a larger row whole (a spread
+   multi-GPU job runs at its unconsolidated throughput, a moved one loses one
+   restart).
 
 Low churn (`Churn`, core/ledger.py, in seconds of time received): every
 entry is seeded with some time (Gavel seeds half a round), so that a reset
