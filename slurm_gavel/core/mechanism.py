@@ -24,7 +24,10 @@ core/ledger.py), and the GPUs that are free for it.  Each round it
    back in the next round simply by coming first (`usable`, `RoundPlan.filling`);
 4. places the picked rows on servers: a row that stays on its type keeps its
    servers (its lease is renewed, it is not stopped at all); the others go
-   largest scale factor first onto as few servers as possible.
+   largest scale factor first onto as few servers as possible, smaller rows
+   moving whole to other servers when that keeps a larger row whole (a spread
+   multi-GPU job runs at its unconsolidated throughput, a moved one loses one
+   restart).
 
 Low churn (`Churn`, core/ledger.py, in seconds of time received): every
 entry is seeded with some time (Gavel seeds half a round), so that a reset
@@ -240,16 +243,22 @@ def _layout(servers: Sequence[Server]) -> _Layout:
 
 def place(picks: Sequence[tuple[Row, str, int]], servers: Sequence[Server],
           previous: Mapping[Row, Assignment],
-          placements: Mapping[str, Placement] | None = None) -> list[Assignment]:
+          placements: Mapping[str, Placement] | None = None,
+          pinned: frozenset[Row] = frozenset()) -> list[Assignment]:
     """Put picked (row, type, GPUs) on servers.
 
     A row that ran on the same type last round keeps its servers if they are
     still free; the rest go largest first, to the fullest server that still
-    fits them whole (consolidated), else over the servers with most free GPUs.
+    fits them whole (consolidated); else to a server that fits them whole once
+    smaller rows held there move whole to other servers (they lose a restart,
+    a spread row would run at its unconsolidated speed all round), else over
+    the servers with most free GPUs.  A held row spread over servers is
+    consolidated the same way when it can be, and keeps its servers otherwise.
+    A `pinned` row that keeps its servers is never moved (the preemption cap's).
     A row whose jobs' `placements` the free servers cannot satisfy is a
     ValueError (`plan_round` picks again without it).
     """
-    placed, failed = _place(picks, servers, previous, placements or {})
+    placed, failed = _place(picks, servers, previous, placements or {}, pinned)
     if failed:
         row, worker_type, gpus = failed[0]
         raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; they are not free "
@@ -286,11 +295,12 @@ def _equal_split(names: Sequence[str], free: Mapping[str, int], gpus: int) -> li
     return None
 
 
-def _place(picks, servers, previous, placements) -> tuple[list[Assignment], list[tuple[Row, str, int]]]:
+def _place(picks, servers, previous, placements, pinned=frozenset()) -> tuple[list[Assignment], list[tuple[Row, str, int]]]:
     layout = _layout(servers)
     free = dict(layout.free)
     of_type = layout.of_type
-    placed: list[Assignment] = []
+    held: dict[Row, Assignment] = {}      # rows that keep last round's servers, in pick order
+    moved: dict[Row, Assignment] = {}     # rows placed anew (or moved to make room), in that order
     failed: list[tuple[Row, str, int]] = []
     waiting = []
     for pick in picks:
@@ -300,48 +310,130 @@ def _place(picks, servers, previous, placements) -> tuple[list[Assignment], list
                 and _still_free(before.servers, free)):
             for name, count in before.servers:
                 free[name] -= count
-            placed.append(before)         # the very same object: the plan's `keep`
+            held[row] = before            # the very same object: the plan's `keep`
         else:
             waiting.append(pick)
+    rules: dict[Row, tuple] = {}
+
+    def rule(row):
+        if not placements:
+            return (None, False, False)
+        if row not in rules:
+            rules[row] = _restriction(row, placements)
+        return rules[row]
+
+    # A held row spread over servers is placed again after the new rows of its size:
+    # whole on one server if that can be had (it restarts once and then runs at its
+    # consolidated speed), else it keeps its servers.
+    spread = [(a.jobs, a.worker_type, a.gpus) for a in held.values()
+              if len(a.servers) > 1 and a.jobs not in pinned]
     # Largest first; among equals a restricted row first, so that rows that may
-    # go anywhere do not take its servers.  min() and the stable sort keep the
-    # servers' order among equally free ones.
-    rules = {pick[0]: _restriction(pick[0], placements) for pick in waiting} if placements else {}
-    for row, worker_type, gpus in sorted(waiting, key=lambda p: (-p[2], rules.get(p[0], (None,))[0] is None)):
+    # go anywhere do not take its servers, and a new row before a held one.  min() and
+    # the stable sort keep the servers' order among equally free ones.
+    todo = sorted([(p, False) for p in waiting] + [(p, True) for p in spread],
+                  key=lambda e: (-e[0][2], rule(e[0][0])[0] is None, e[1]))
+    for (row, worker_type, gpus), was_held in todo:
         names = of_type.get(worker_type, [])
-        allowed, one, same = rules.get(row, (None, False, False))
+        allowed, one, same = rule(row)
         if allowed is not None:
             names = [n for n in names if n in allowed]
+        if was_held:
+            mine = held[row]
+            for name, count in mine.servers:
+                free[name] += count
         fits = [n for n in names if free[n] >= gpus]
+        taken: list[tuple[str, int]] | None = None
         if fits:
             taken = [(min(fits, key=free.__getitem__), gpus)]
-        elif one:
-            failed.append((row, worker_type, gpus))
+        elif gpus > 1:
+            room = _make_room(row, worker_type, gpus, names, of_type.get(worker_type, []), free,
+                              layout.free, held, rule, pinned)
+            if room is not None:
+                home, moves = room
+                for a in moves:
+                    old = held.pop(a.jobs)
+                    for name, count in old.servers:
+                        free[name] += count
+                    for name, count in a.servers:
+                        free[name] -= count
+                    moved[a.jobs] = a
+                taken = [(home, gpus)]
+        if taken is None and was_held:
+            for name, count in mine.servers:      # no whole server for it: it stays where it is
+                free[name] -= count
             continue
-        elif same:
-            taken = _equal_split(names, free, gpus)
-            if taken is None:
+        if was_held:
+            del held[row]
+        if taken is None:
+            if one:
                 failed.append((row, worker_type, gpus))
                 continue
-        else:
-            taken, need = [], gpus
-            for n in sorted(names, key=lambda n: -free[n]):
-                if need == 0:
-                    break
-                use = min(free[n], need)
-                if use:
-                    taken.append((n, use))
-                    need -= use
-            if need:
-                if not placements:
-                    raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; "
-                                     f"only {gpus - need} are free")
-                failed.append((row, worker_type, gpus))
-                continue
+            if same:
+                taken = _equal_split(names, free, gpus)
+                if taken is None:
+                    failed.append((row, worker_type, gpus))
+                    continue
+            else:
+                taken, need = [], gpus
+                for n in sorted(names, key=lambda n: -free[n]):
+                    if need == 0:
+                        break
+                    use = min(free[n], need)
+                    if use:
+                        taken.append((n, use))
+                        need -= use
+                if need:
+                    if not placements:
+                        raise ValueError(f"{row} needs {gpus} GPUs of {worker_type}; "
+                                         f"only {gpus - need} are free")
+                    failed.append((row, worker_type, gpus))
+                    continue
         for name, count in taken:
             free[name] -= count
-        placed.append(Assignment(row, worker_type, tuple(taken)))
-    return placed, failed
+        moved[row] = Assignment(row, worker_type, tuple(taken))
+    return [*held.values(), *moved.values()], failed
+
+
+def _make_room(row, worker_type, gpus, names, all_names, free, capacity, held, rule, pinned):
+    """(server, moves): the server of `names` that holds `gpus` whole once smaller held rows on
+    it move, whole, to other servers of the type, and those moves (new assignments); the
+    fewest GPUs moved, then the fewest rows, then the fullest server.  None when no server
+    can be emptied so (a row is moved only for a larger one, and only where it may run)."""
+    on: dict[str, list[Assignment]] = {}
+    for a in held.values():
+        if a.worker_type == worker_type and len(a.servers) == 1 and a.gpus < gpus and a.jobs not in pinned:
+            on.setdefault(a.servers[0][0], []).append(a)
+    best = None
+    for home in names:
+        if capacity.get(home, 0) < gpus:
+            continue
+        need = gpus - free[home]
+        movable = sorted(on.get(home, ()), key=lambda a: a.gpus)
+        if sum(a.gpus for a in movable) < need:
+            continue
+        chosen: list[Assignment] = []
+        while need > 0:             # the smallest row that covers what is missing, else the largest
+            a = next((a for a in movable if a.gpus >= need), movable[-1])
+            movable.remove(a)
+            chosen.append(a)
+            need -= a.gpus
+        trial = dict(free)
+        trial[home] += sum(a.gpus for a in chosen) - gpus
+        moves = []
+        for a in sorted(chosen, key=lambda a: -a.gpus):
+            allowed = rule(a.jobs)[0]
+            spots = [n for n in all_names if n != home and trial[n] >= a.gpus
+                     and (allowed is None or n in allowed)]
+            if not spots:
+                break
+            there = min(spots, key=trial.__getitem__)
+            trial[there] -= a.gpus
+            moves.append(Assignment(a.jobs, worker_type, ((there, a.gpus),)))
+        else:
+            score = (sum(a.gpus for a in moves), len(moves), free[home])
+            if best is None or score < best[0]:
+                best = (score, home, moves)
+    return None if best is None else (best[1], best[2])
 
 
 def _still_free(servers: tuple[tuple[str, int], ...], free: Mapping[str, int]) -> bool:
@@ -397,8 +489,9 @@ def _renew_all(rows, x, before, column, scale_factors, ledger, churn, servers) -
     assignments, used = [], {}
     for row, t in zip(rows, types):
         a = before.get(row)
-        if a is None or column.get(a.worker_type) != t or a.gpus != int(scale_factors[row[0]]):
-            return None
+        if (a is None or column.get(a.worker_type) != t or a.gpus != int(scale_factors[row[0]])
+                or len(a.servers) > 1):
+            return None              # (a spread row: the full path may consolidate it)
         for name, count in a.servers:
             left = room.get(name, 0) - count
             if left < 0:
@@ -508,16 +601,16 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
 
     type_rank = type_order(number, len(worker_types)) if allocation.type_blind else None
 
-    def pick_and_place(prio, usable):
+    def pick_and_place(prio, usable, pinned=frozenset()):
         fills: list[tuple[int, int]] = []
         chosen = select(rows, prio, sizes_array, free_array, current, usable, fills, running_on, type_rank)
         picks = [(rows[r], worker_types[t], sizes[r]) for r, t in chosen]
         if not placements:
-            return place(picks, servers, before), fills
+            return place(picks, servers, before, pinned=pinned), fills
         # A pick whose servers cannot hold it is dropped and the round picked again
         # without that entry: its GPUs go to the next rows in priority order.
         while True:     # ends: each failure zeroes an entry of positive priority or usable
-            assignments, failed = _place(picks, servers, before, placements)
+            assignments, failed = _place(picks, servers, before, placements, pinned)
             if not failed:
                 return assignments, fills
             for row, wt, _gpus in failed:
@@ -559,7 +652,8 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
         for r in keep:
             prio[r, running_on[r]] = np.inf
         forced.update(keep)
-        assignments, fills = pick_and_place(prio, usable.copy() if usable is not None else None)
+        assignments, fills = pick_and_place(prio, usable.copy() if usable is not None else None,
+                                            frozenset(rows[r] for r in forced))
     filling = frozenset(rows[r][0] for r, _ in fills) if fills else frozenset()
     kept, started, still = [], [], set()
     for a in assignments:

@@ -158,10 +158,28 @@ def test_place_puts_rows_where_the_reference_puts_them(seed):
             with pytest.raises(ValueError):
                 place(picks, layout, previous)
         return
+    spread = sum(len(a.servers) > 1 for a in want)
     for layout in (servers, list(servers)):       # a tuple is remembered, a list is not
         got = place(picks, layout, previous)
-        assert got == want
-        assert [a is previous.get(a.jobs) for a in got] == [a is previous.get(a.jobs) for a in want]
+        if not spread:
+            assert got == want
+            assert [a is previous.get(a.jobs) for a in got] == [a is previous.get(a.jobs) for a in want]
+            continue
+        # Where the reference spreads a row, place may move smaller rows to keep it whole
+        # (test_consolidation.py): the same rows on the same types, no server over its
+        # GPUs, every move for a whole row, and no more rows spread.
+        assert sorted((a.jobs, a.worker_type, a.gpus) for a in got) == \
+            sorted((a.jobs, a.worker_type, a.gpus) for a in want)
+        load = dict.fromkeys((s.name for s in servers), 0)
+        for a in got:
+            for name, count in a.servers:
+                load[name] += count
+        assert all(load[s.name] <= s.gpus for s in servers)
+        assert sum(len(a.servers) > 1 for a in got) <= spread
+        kept_want = {a.jobs for a in want if a is previous.get(a.jobs)}
+        for a in got:
+            if a.jobs in kept_want and a is not previous.get(a.jobs):
+                assert len(a.servers) == 1        # a held row is moved only to another whole place
 
 
 # -- the policy input --------------------------------------------------------------------
