@@ -68,3 +68,25 @@ def assert_feasible(alloc: Allocation, inp: PolicyInput, tol: float = TOL):
         assert found[alloc.x_pairs.sum(axis=1) > tol].all()
         feasible = inp.pair_feasible[rows] & found[:, None]
         assert (alloc.x_pairs[~feasible] <= tol).all()
+
+
+# Inputs where solvers disagree or stumble: shared by the tests of the direct HiGHS routes.
+DEGENERATE = {
+    "one job": make_input([[10.0, 5.0, 1.0]], [2, 2, 2], steps_remaining=np.array([100.0])),
+    "one job, one type": make_input([[3.0]], [1], steps_remaining=np.array([100.0])),
+    "zero throughputs on a type": make_input(
+        [[10.0, 0.0, 2.0], [4.0, 0.0, 3.0], [7.0, 0.0, 0.0]], [1, 4, 1],
+        steps_remaining=np.array([10.0, 20.0, 30.0])),
+    "more jobs than GPUs": make_input(
+        np.random.default_rng(1).uniform(1, 10, (40, 3)), [1, 1, 1],
+        steps_remaining=np.random.default_rng(2).uniform(1e3, 1e5, 40)),
+    "all jobs alike": make_input(np.full((12, 3), 5.0), [2, 3, 4], steps_remaining=np.full(12, 1e4)),
+    "all throughputs equal across types": make_input(
+        np.repeat(np.array([[1.0], [2.0], [3.0]]), 3, axis=1), [1, 1, 1],
+        steps_remaining=np.array([5.0, 6.0, 7.0])),
+    "a job too wide for a type": make_input(
+        [[10.0, 6.0], [8.0, 8.0], [5.0, 1.0]], [8, 2], scale_factors=np.array([4, 1, 1]),
+        steps_remaining=np.array([1e4, 2e4, 3e4])),
+    "tiny and huge throughputs": make_input(
+        [[1e-4, 2e-4], [5e3, 1e4], [3.0, 0.0]], [2, 2], steps_remaining=np.array([1e7, 1.0, 50.0])),
+}

@@ -14,7 +14,7 @@ import pytest
 from slurm_gavel.core.errors import SolverError
 from slurm_gavel.policies import direct, make_policy
 
-from tests.support.inputs import assert_feasible, make_input, random_input
+from tests.support.inputs import DEGENERATE, assert_feasible, make_input, random_input
 
 POLICIES = ["max_min_fairness", "makespan", "max_throughput", "fifo_ranked", "sjf"]
 
@@ -82,25 +82,6 @@ def test_same_optimum_agnostic(seed):
     check_same_optimum("max_min_fairness", random_input(rng, int(rng.integers(2, 25)), 3), agnostic=True)
 
 
-DEGENERATE = {
-    "one job": make_input([[10.0, 5.0, 1.0]], [2, 2, 2], steps_remaining=np.array([100.0])),
-    "one job, one type": make_input([[3.0]], [1], steps_remaining=np.array([100.0])),
-    "zero throughputs on a type": make_input(
-        [[10.0, 0.0, 2.0], [4.0, 0.0, 3.0], [7.0, 0.0, 0.0]], [1, 4, 1],
-        steps_remaining=np.array([10.0, 20.0, 30.0])),
-    "more jobs than GPUs": make_input(
-        np.random.default_rng(1).uniform(1, 10, (40, 3)), [1, 1, 1],
-        steps_remaining=np.random.default_rng(2).uniform(1e3, 1e5, 40)),
-    "all jobs alike": make_input(np.full((12, 3), 5.0), [2, 3, 4], steps_remaining=np.full(12, 1e4)),
-    "all throughputs equal across types": make_input(
-        np.repeat(np.array([[1.0], [2.0], [3.0]]), 3, axis=1), [1, 1, 1],
-        steps_remaining=np.array([5.0, 6.0, 7.0])),
-    "a job too wide for a type": make_input(
-        [[10.0, 6.0], [8.0, 8.0], [5.0, 1.0]], [8, 2], scale_factors=np.array([4, 1, 1]),
-        steps_remaining=np.array([1e4, 2e4, 3e4])),
-    "tiny and huge throughputs": make_input(
-        [[1e-4, 2e-4], [5e3, 1e4], [3.0, 0.0]], [2, 2], steps_remaining=np.array([1e7, 1.0, 50.0])),
-}
 
 
 @pytest.mark.parametrize("name", POLICIES)

@@ -13,7 +13,7 @@ import pytest
 from slurm_gavel.policies import make_policy
 from slurm_gavel.policies.fairness import RHO_SLACK
 
-from tests.support.inputs import assert_feasible, make_input, random_input
+from tests.support.inputs import DEGENERATE, assert_feasible, make_input, random_input
 
 
 def inner(policy):
@@ -97,14 +97,9 @@ def test_a_job_at_time_zero_is_max_min_fairness():
     assert a.objective == pytest.approx(1 / mmf.objective, rel=1e-5)
 
 
-def _degenerate():
-    from tests.unit.test_fast_lp import DEGENERATE
-    return DEGENERATE
-
-
-@pytest.mark.parametrize("case", sorted(_degenerate()))
+@pytest.mark.parametrize("case", sorted(DEGENERATE))
 def test_same_rho_on_degenerate_inputs(case):
-    inp = _degenerate()[case]
+    inp = DEGENERATE[case]
     if inp.time_since_arrival is None or np.ndim(inp.time_since_arrival) == 0:
         inp = make_input(inp.throughputs, inp.counts, scale_factors=inp.scale_factors,
                          weights=inp.weights, steps_remaining=inp.steps_remaining,
