@@ -204,19 +204,67 @@ def _solve(n_x: int, n_rows: int, cost, col_upper, row_upper, start, index, valu
 
 
 @lru_cache(maxsize=256)
-def _max_min_shape(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _max_min_shape(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The max-min model's arrays that depend on its shape alone (read-only; passModel copies them):
-    column starts and row indices (`_pattern` plus t's column, a 1 in every rate row),
-    the first stage's cost (t alone) and the column indices of every column."""
+    column starts and row indices (`_pattern` plus t's column, a 1 in every rate row) and
+    the first stage's cost (t alone)."""
     start, index = _pattern(n, k, True)
     start = np.append(start, 3 * n * k).astype(np.int32)
     index = np.concatenate([index, np.arange(n, dtype=np.int32)])
     cost = np.zeros(n * k + 1)
     cost[-1] = 1.0
-    columns = np.arange(n * k + 1, dtype=np.int32)
-    for a in (start, index, cost, columns):
+    for a in (start, index, cost):
         a.flags.writeable = False
-    return start, index, cost, columns
+    return start, index, cost
+
+
+@lru_cache(maxsize=256)
+def _column_indices(n_cols: int) -> np.ndarray:
+    """0 .. n_cols - 1 as the int32 array changeColsCost takes (read-only)."""
+    columns = np.arange(n_cols, dtype=np.int32)
+    columns.flags.writeable = False
+    return columns
+
+
+def _max_min_arrays(rate: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
+                    multiplicity: np.ndarray, scale_factors: np.ndarray, t_entries=1.0):
+    """The max-min model's numbers for `_max_min_shape`'s pattern: (scale, value, row_upper,
+    col_upper).  `rate` (n, k) is scaled by `scale` (a power of two); `t_entries` is t's entry
+    in each rate row (1, or 0 for a row that only shares the GPUs)."""
+    import highspy
+    n, k = rate.shape
+    nk = n * k
+    scale = _power_of_two_scale(rate)
+    # X's column entries in `_pattern`'s order (as `_values` writes them), then t's
+    value = np.empty(3 * nk + n)
+    entries = value[:3 * nk].reshape(n, k, 3)       # a view: the prefix is contiguous
+    np.negative(rate * scale, out=entries[:, :, 0])
+    entries[:, :, 1] = 1.0
+    entries[:, :, 2] = (multiplicity * scale_factors)[:, None]
+    value[3 * nk:] = t_entries
+    row_upper = np.zeros(2 * n + k)
+    row_upper[n:2 * n] = 1.0
+    row_upper[2 * n:] = counts
+    col_upper = np.empty(nk + 1)
+    col_upper[:nk] = feasible.ravel()
+    col_upper[nk] = highspy.kHighsInf
+    return scale, value, row_upper, col_upper
+
+
+def _pareto_stage(t_column: int, objective: float, slack: float, gain: np.ndarray) -> np.ndarray | None:
+    """On the model HiGHS just solved for a level: t's lower bound at that level (less `slack`,
+    relative), the objective `gain` on every column, the simplex going on from the optimal
+    basis.  The columns' values, or None unless HiGHS reports an optimum."""
+    import highspy
+    h = _highs()
+    # A level within solver noise of 0 (rates 1e15 apart) is no floor: both routes agree on that.
+    floor = objective * (1 - slack) if objective > NOISE else 0.0
+    h.changeColBounds(t_column, floor, highspy.kHighsInf)
+    h.changeColsCost(len(gain), _column_indices(len(gain)), gain)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    return np.asarray(h.getSolution().col_value)
 
 
 def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np.ndarray,
@@ -231,43 +279,24 @@ def max_min(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, counts: np
     minimum the second stage's X attains (on tiny rates, 1e-15 after scaling,
     the first stage may call 0 what the second stage's X makes positive).
     """
-    import highspy
     n, k = solo.shape
     nk = n * k
     rate = coef[:, None] * solo
-    scale = _power_of_two_scale(rate)
-    start, index, cost, all_columns = _max_min_shape(n, k)
-    # X's column entries in `_pattern`'s order (as `_values` writes them), then t's
-    value = np.empty(3 * nk + n)
-    entries = value[:3 * nk].reshape(n, k, 3)       # a view: the prefix is contiguous
-    np.negative(rate * scale, out=entries[:, :, 0])
-    entries[:, :, 1] = 1.0
-    entries[:, :, 2] = (multiplicity * scale_factors)[:, None]
-    value[3 * nk:] = 1.0
-    row_upper = np.zeros(2 * n + k)
-    row_upper[n:2 * n] = 1.0
-    row_upper[2 * n:] = counts
-    col_upper = np.empty(nk + 1)
-    col_upper[:nk] = feasible.ravel()
-    col_upper[nk] = highspy.kHighsInf
-    found = _solve(nk, 2 * n + k, cost, col_upper, row_upper, start, index, value, _strategy(entries[:, :, 0]),
-                   columns=second is None)
+    start, index, cost = _max_min_shape(n, k)
+    scale, value, row_upper, col_upper = _max_min_arrays(rate, feasible, counts, multiplicity,
+                                                         scale_factors)
+    found = _solve(nk, 2 * n + k, cost, col_upper, row_upper, start, index, value,
+                   _strategy(value[:3 * nk:3]), columns=second is None)
     if found is None:
         return None
     columns, objective = found
     if second is not None:
-        import highspy
-        h = _highs()
-        # A level within solver noise of 0 (rates 1e15 apart) is no floor: both routes agree on that.
-        floor = objective * (1 - slack) if objective > NOISE else 0.0
-        h.changeColBounds(nk, floor, highspy.kHighsInf)
         gain = np.zeros(nk + 1)
         np.multiply(second.ravel(), _power_of_two_scale(second), out=gain[:nk])
-        h.changeColsCost(nk + 1, all_columns, gain)
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        columns = _pareto_stage(nk, objective, slack, gain)
+        if columns is None:
             return None
-        x = np.asarray(h.getSolution().col_value)[:nk].reshape(n, k)
+        x = columns[:nk].reshape(n, k)
         return Solution(float((rate * x).sum(axis=1).min()), x)
     return Solution(objective / scale, columns[:nk].reshape(n, k))
 
@@ -407,18 +436,13 @@ def max_min_pairs(coef: np.ndarray, solo: np.ndarray, feasible: np.ndarray, coun
         return None
     columns, objective = found
     if second is not None:
-        h = _highs()
-        floor = objective * (1 - slack) if objective > NOISE else 0.0
-        h.changeColBounds(nk + pk, floor, highspy.kHighsInf)
         weight = np.zeros(n) if pareto_weight is None else pareto_weight
         on_pairs = weight[a, None] * shared[:, :, 0] + weight[b, None] * shared[:, :, 1]
         gain = np.concatenate([second.ravel(), on_pairs.ravel(), [0.0]])
         gain *= _power_of_two_scale(gain)
-        h.changeColsCost(n_cols, np.arange(n_cols, dtype=np.int32), gain)
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        columns = _pareto_stage(nk + pk, objective, slack, gain)
+        if columns is None:
             return None
-        columns = np.asarray(h.getSolution().col_value)
     x = columns[:nk].reshape(n, k)
     z = columns[nk:nk + pk].reshape(P, k)
     attained = (rate * x).sum(axis=1)
@@ -436,23 +460,11 @@ def _level(rate: np.ndarray, bound: np.ndarray, feasible: np.ndarray, counts: np
     constraint instead and sum second_mj X_mj is maximized (one LP: the Pareto
     stage of a level already known); the t returned is then the floor.
     """
-    import highspy
     n, k = rate.shape
     nk = n * k
-    scale = _power_of_two_scale(rate)
-    start, index, cost, _ = _max_min_shape(n, k)
-    value = np.empty(3 * nk + n)
-    entries = value[:3 * nk].reshape(n, k, 3)
-    np.negative(rate * scale, out=entries[:, :, 0])
-    entries[:, :, 1] = 1.0
-    entries[:, :, 2] = (multiplicity * scale_factors)[:, None]
-    value[3 * nk:] = bound.astype(float)          # t's entry in each rate row
-    row_upper = np.zeros(2 * n + k)
-    row_upper[n:2 * n] = 1.0
-    row_upper[2 * n:] = counts
-    col_upper = np.empty(nk + 1)
-    col_upper[:nk] = feasible.ravel()
-    col_upper[nk] = highspy.kHighsInf
+    start, index, cost = _max_min_shape(n, k)
+    scale, value, row_upper, col_upper = _max_min_arrays(rate, feasible, counts, multiplicity,
+                                                         scale_factors, t_entries=bound.astype(float))
     t_lower = None
     if floor is not None:
         # t's floor in the model's scaled units; X's objective scaled to ~1

@@ -15,7 +15,7 @@ from slurm_gavel.core.clock import SimulatedClock
 from slurm_gavel.core.engine import Engine
 from slurm_gavel.core.errors import InputError
 from slurm_gavel.core.recompute import Immediate
-from slurm_gavel.core.state import EngineState
+from slurm_gavel.core.state import VERSION, EngineState
 from slurm_gavel.estimator.table import TableThroughputs
 from slurm_gavel.policies import make_policy
 from slurm_gavel.sim.simulator import SimulatedCluster
@@ -168,7 +168,7 @@ def test_a_policy_memory_that_is_not_an_object_is_an_unreadable_state():
 
 
 def _minimal_state() -> dict:
-    return {"version": EngineState(0, ("a",), 0.0, 0.0, (), (), {}, {}, None).to_dict()["version"],
+    return {"version": VERSION,
             "round": 0, "worker_types": ["a"], "last_reset": 0.0, "last_submit": 0.0, "job_ids": [],
             "servers": [], "since_reset": [], "total": {}, "allocation": None}
 
