@@ -119,7 +119,33 @@ def select(rows: Sequence[Row], prio: np.ndarray, scale_factors: np.ndarray, fre
         fill(rows, prio, sfs, left, busy, chosen, running_on, usable, everyone)
         if fills is not None:
             fills.extend(chosen[first:])
+    if usable is not None and sum(left):
+        split_pairs(rows, chosen, sfs, left)
     return chosen
+
+
+def split_pairs(rows, chosen, sfs, left) -> None:
+    """Work conservation for pairs: a picked pair whose type still has idle GPUs runs apart.
+
+    Once no other job can use the GPUs `left`, a pair sharing a GPU of that type
+    while another one idles gives both jobs less than they would get on a GPU
+    each (a job of a pair runs at most at its solo throughput), so its jobs go
+    onto their own rows on the same type, first picked first.  Needs each job's
+    own row in `rows` (an allocation lists every job alone before the pairs).
+    """
+    if not any(len(rows[r]) == 2 for r, _ in chosen):
+        return
+    index = row_index(rows)
+    for i, (r, t) in enumerate(chosen):
+        row = rows[r]
+        if len(row) != 2 or left[t] < sfs[r]:
+            continue
+        a, b = index.get(row[:1]), index.get(row[1:])
+        if a is None or b is None:
+            continue
+        chosen[i] = (a, t)
+        chosen.append((b, t))
+        left[t] -= sfs[r]
 
 
 def type_order(number: int, k: int) -> np.ndarray:
