@@ -22,6 +22,8 @@ core/ledger.py), and the GPUs that are free for it.  Each round it
    first (highest priority on their other entries), then where they run
    fastest relative to their best type; a job with a share takes such a GPU
    back in the next round simply by coming first (`usable`, `RoundPlan.filling`);
+   a picked pair whose type still has a GPU idle after that runs apart, a GPU
+   each (`split_pairs`: sharing a GPU pays only when GPUs are short);
 4. places the picked rows on servers: a row that stays on its type keeps its
    servers (its lease is renewed, it is not stopped at all); the others go
    largest scale factor first onto as few servers as possible, smaller rows
@@ -694,6 +696,6 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
 
 
 __all__ = ["allocation_rows", "fill", "only_types", "place", "plan_round", "priorities", "round_priorities",
-           "row_index", "select",
+           "row_index", "select", "split_pairs",
            "type_columns", "type_order"]
 
