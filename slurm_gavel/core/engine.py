@@ -231,14 +231,14 @@ class Engine:
         if not round_seconds > 0:
             raise ValueError(f"round length must be > 0 seconds, got {round_seconds}")
         # how much the mechanism prefers a renewed lease to a move (raises ValueError when negative)
-        self.churn = Churn(hysteresis=float(hysteresis) * float(round_seconds),
-                           restart_seconds=float(restart_seconds),
-                           seed_seconds=SEED_ROUNDS * float(round_seconds),
-                           move_hysteresis=float(move_hysteresis) * float(round_seconds),
-                           max_preemptions=max_preemptions,
-                           load_exponent=float(lease_load_exponent),
-                           max_lease_scale=float(max_lease_scale))
-        self._churn = self.churn        # as configured; `churn` is it under the current load
+        churn = Churn(hysteresis=float(hysteresis) * float(round_seconds),
+                      restart_seconds=float(restart_seconds),
+                      seed_seconds=SEED_ROUNDS * float(round_seconds),
+                      move_hysteresis=float(move_hysteresis) * float(round_seconds),
+                      max_preemptions=max_preemptions,
+                      load_exponent=float(lease_load_exponent),
+                      max_lease_scale=float(max_lease_scale))
+        self.churn = churn               # as configured; `churn` reads it under the current load
         self.work_conserving = work_conserving
         self.carry_owed = carry_owed        # what rows were owed survives a reset (Ledger.owed)
         self._usable: tuple[Allocation | None, np.ndarray | None] = (None, None)
@@ -296,6 +296,17 @@ class Engine:
         self._previous: tuple = (None, None, ())  # (running, sizes, those of running all planned)
         # A store may say it drops usage records (the simulator's): then none are queued.
         self._keep_usage = self.store.keeps_usage
+
+    @property
+    def churn(self) -> Churn:
+        """The churn settings in force: as configured, with the leases grown under the load
+        measured when the jobs or servers last changed (Churn.under_load)."""
+        return self._churn_now
+
+    @churn.setter
+    def churn(self, churn: Churn) -> None:
+        """Configure the churn settings (grown under the load from the next change on)."""
+        self._churn = self._churn_now = churn
 
     # -- one round ------------------------------------------------------------
     def step(self) -> RoundPlan:
@@ -481,7 +492,7 @@ class Engine:
         if self._sizes is None:     # the jobs' scale factors, kept until the jobs or `unschedulable` change
             self._sizes = {j.id: j.scale_factor for j in obs.jobs if j.id not in self.unschedulable}
             gpus = sum(s.gpus for s in obs.servers)
-            self.churn = self._churn.under_load(sum(self._sizes.values()) / gpus if gpus else 1.0)
+            self._churn_now = self._churn.under_load(sum(self._sizes.values()) / gpus if gpus else 1.0)
             self._placements = {j.id: j.placement for j in obs.jobs if j.id in self._sizes
                                 and j.placement is not None and j.placement.restricts}
         return job_ids
