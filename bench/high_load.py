@@ -50,6 +50,8 @@ def main() -> int:
     parser.add_argument("--restart-seconds", type=float)
     parser.add_argument("--hysteresis", type=float)
     parser.add_argument("--move-hysteresis", type=float)
+    parser.add_argument("--lease-load-exponent", type=float)
+    parser.add_argument("--max-lease-scale", type=float)
     parser.add_argument("--reset-interval", type=float)
     parser.add_argument("--no-work-conserving", action="store_true")
     parser.add_argument("--no-mid-round-starts", action="store_true")
@@ -60,7 +62,8 @@ def main() -> int:
     first, end = map(int, args.window.split(":"))
     knobs = {"round_seconds": args.round, "work_conserving": not args.no_work_conserving,
              "mid_round_starts": not args.no_mid_round_starts}
-    for name in ("restart_seconds", "hysteresis", "move_hysteresis"):
+    for name in ("restart_seconds", "hysteresis", "move_hysteresis", "lease_load_exponent",
+                 "max_lease_scale"):
         if getattr(args, name) is not None:
             knobs[name] = getattr(args, name)
     if args.reset_interval is not None:

@@ -44,7 +44,9 @@ def _workload_options(p):
                    help="round length (default: %(default)s)")
     p.add_argument("--window", metavar="FIRST:END",
                    help="measure jobs FIRST <= id < END (the steady state) and stop when they are done")
-    from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
+    from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_LEASE_LOAD_EXPONENT, DEFAULT_MAX_LEASE_SCALE,
+                               DEFAULT_MOVE_HYSTERESIS,
+                               MEASURED_RESTART_SECONDS)
     p.add_argument("--restart-seconds", "--checkpoint-seconds", type=float, dest="restart_seconds",
                    default=MEASURED_RESTART_SECONDS, metavar="S",
                    help="time a job loses each time it is started or resumed (requeue, launch, "
@@ -56,6 +58,12 @@ def _workload_options(p):
     p.add_argument("--move-hysteresis", type=float, default=DEFAULT_MOVE_HYSTERESIS, metavar="ROUNDS",
                    help="a running job moves to another GPU type of its own accord only when it is "
                         "this many rounds more behind its share there (default: %(default)s)")
+    p.add_argument("--lease-load-exponent", type=float, default=DEFAULT_LEASE_LOAD_EXPONENT, metavar="P",
+                   help="both leases grow by (GPUs asked for / GPUs) ** P while the cluster is "
+                        "oversubscribed and restarts cost something; 0: fixed leases "
+                        "(default: %(default)s)")
+    p.add_argument("--max-lease-scale", type=float, default=DEFAULT_MAX_LEASE_SCALE, metavar="F",
+                   help="the leases grow by this factor at most (default: %(default)s)")
     p.add_argument("--max-preemptions", type=int, default=0, metavar="JOBS",
                    help="at most this many jobs preempted in one round, a large reshuffle spread "
                         "over rounds (default 0: no cap, the paper's mechanism; the daemon's "
@@ -175,6 +183,9 @@ def _run_config(args, **overrides):
     _positive(args.restart_seconds, "--restart-seconds", allow_zero=True)
     _positive(args.hysteresis, "--hysteresis", allow_zero=True)
     _positive(args.move_hysteresis, "--move-hysteresis", allow_zero=True)
+    _positive(args.lease_load_exponent, "--lease-load-exponent", allow_zero=True)
+    if not args.max_lease_scale >= 1:
+        raise InputError("--max-lease-scale", f"must be >= 1, got {args.max_lease_scale}")
     _positive(args.solver_delay, "--solver-delay", allow_zero=True)
     _positive(args.gpus_per_node, "--gpus-per-node")
     _positive(args.reset_seconds, "--reset-interval", allow_zero=True)
@@ -190,7 +201,8 @@ def _run_config(args, **overrides):
                   window=_window(args.window), gpus_per_node=args.gpus_per_node,
                   restart_seconds=args.restart_seconds, hysteresis=args.hysteresis,
                   work_conserving=args.work_conserving, move_hysteresis=args.move_hysteresis,
-                  max_preemptions=args.max_preemptions,
+                  max_preemptions=args.max_preemptions, lease_load_exponent=args.lease_load_exponent,
+                  max_lease_scale=args.max_lease_scale,
                   carry_owed=args.carry_owed, mid_round_starts=args.mid_round_starts,
                   solver_delay=args.solver_delay,
                   space_sharing=args.space_sharing, max_pair_gpus=args.max_pair_gpus,

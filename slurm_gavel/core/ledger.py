@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -40,6 +40,8 @@ class Churn:
     so that a large reshuffle is spread over a few rounds instead of one wave
     of hundreds of preemptions that the workload manager must carry out at
     once; the jobs kept run on, the jobs kept waiting come first next round.
+    `load_exponent` and `max_lease_scale`: how the two leases grow with the
+    load, and by how much at most (`lease_scale`); exponent 0 keeps them as given.
     The defaults are the plain mechanism of the paper.
     """
 
@@ -48,14 +50,47 @@ class Churn:
     seed_seconds: float = 0.0
     move_hysteresis: float = 0.0
     max_preemptions: int = 0
+    load_exponent: float = 0.0
+    max_lease_scale: float = 1.0
 
     def __post_init__(self):
-        for name in ("hysteresis", "restart_seconds", "seed_seconds", "move_hysteresis"):
+        for name in ("hysteresis", "restart_seconds", "seed_seconds", "move_hysteresis", "load_exponent"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
+        if not (self.max_lease_scale >= 1 and math.isfinite(self.max_lease_scale)):
+            raise ValueError(f"max_lease_scale must be a number >= 1, got {self.max_lease_scale}")
         if not (isinstance(self.max_preemptions, int) and self.max_preemptions >= 0):
             raise ValueError(f"max_preemptions must be a whole number >= 0, got {self.max_preemptions!r}")
+
+    def lease_scale(self, load: float) -> float:
+        """By how much the leases grow at `load` (GPUs the jobs ask for over the GPUs there are).
+
+        A restart wastes `restart_seconds` of GPU time.  While every job fits
+        (load <= 1) that delays only the job restarted.  When n jobs share G
+        GPUs (load n / G > 1), every job runs at G / n of a GPU, so a GPU-second
+        lost delays each of them by 1 / G of a second: the lost time costs the
+        jobs' completion times load times what it costs the restarted job
+        alone.  Leases `load` times longer cut the restarts per hour by as much,
+        so the cost of restarts in completion time stays what it is on a cluster
+        that is not oversubscribed.  The scale is load ** `load_exponent` (1 is
+        that argument; more grows faster, 0 turns the rule off), at most
+        `max_lease_scale`: a lease much longer than the one chosen for a cluster
+        that is not oversubscribed keeps jobs from the split X gives them.  No
+        restart cost, no growth.  (Measured: docs/simulation.md, "High load".)
+        """
+        if not (self.load_exponent and self.restart_seconds and load > 1.0):
+            return 1.0
+        return min(self.max_lease_scale, float(load) ** self.load_exponent)
+
+    def under_load(self, load: float) -> "Churn":
+        """These settings with both leases (`hysteresis`, `move_hysteresis`) times
+        `lease_scale(load)`; self when they do not grow."""
+        scale = self.lease_scale(load)
+        if scale == 1.0:
+            return self
+        return replace(self, hysteresis=self.hysteresis * scale,
+                       move_hysteresis=self.move_hysteresis * scale, load_exponent=0.0)
 
     def received(self, received: np.ndarray, staying: Sequence[tuple[int, int]]) -> np.ndarray:
         """The time each entry competes with (`received` is changed in place and returned):

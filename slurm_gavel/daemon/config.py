@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS,
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_LEASE_LOAD_EXPONENT, DEFAULT_MAX_LEASE_SCALE,
+                           DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS,
                            MEASURED_RESTART_SECONDS)
 from ..core.entities import SHARE_BY
 from ..core.errors import InputError
@@ -54,6 +55,10 @@ class Config:
     # move_hysteresis_rounds behind there; each start or resume costs restart_seconds
     hysteresis_rounds: float = DEFAULT_HYSTERESIS
     move_hysteresis_rounds: float = DEFAULT_MOVE_HYSTERESIS
+    # both leases grow by (GPUs asked for / GPUs) ** lease_load_exponent, at most by
+    # max_lease_scale, while the cluster is oversubscribed (a restart then delays every job)
+    lease_load_exponent: float = DEFAULT_LEASE_LOAD_EXPONENT
+    max_lease_scale: float = DEFAULT_MAX_LEASE_SCALE
     restart_seconds: float = MEASURED_RESTART_SECONDS
     # at most this many jobs preempted a round (0: no cap): a large reshuffle over a few rounds
     max_preemptions_per_round: int = MEASURED_MAX_PREEMPTIONS
@@ -138,10 +143,14 @@ class Config:
         if not (isinstance(self.min_run_seconds, (int, float)) and not isinstance(self.min_run_seconds, bool)
                 and 0 <= self.min_run_seconds < math.inf):
             bad("min_run_seconds", f"must be a number >= 0, got {self.min_run_seconds!r}")
-        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds", "retention_days"):
+        for key in ("hysteresis_rounds", "restart_seconds", "move_hysteresis_rounds", "retention_days",
+                    "lease_load_exponent"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
                 bad(key, f"must be a number >= 0, got {v!r}")
+        if not (isinstance(self.max_lease_scale, (int, float)) and not isinstance(self.max_lease_scale, bool)
+                and 1 <= self.max_lease_scale < math.inf):
+            bad("max_lease_scale", f"must be a number >= 1, got {self.max_lease_scale!r}")
         if not (isinstance(self.max_preemptions_per_round, int)
                 and not isinstance(self.max_preemptions_per_round, bool) and self.max_preemptions_per_round >= 0):
             bad("max_preemptions_per_round", f"must be a whole number >= 0 (0: no cap), "

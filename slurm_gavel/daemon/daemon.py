@@ -164,6 +164,8 @@ class Daemon:
                              hysteresis=config.hysteresis_rounds,
                              restart_seconds=config.restart_seconds,
                              move_hysteresis=config.move_hysteresis_rounds,
+                             lease_load_exponent=config.lease_load_exponent,
+                             max_lease_scale=config.max_lease_scale,
                              max_preemptions=config.max_preemptions_per_round,
                              # read once now: a restart with the same shares is no reset event
                              entity_weights=self.fairshare.refresh() if self.fairshare else config.entities,

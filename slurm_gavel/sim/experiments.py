@@ -22,7 +22,9 @@ from ..core.errors import InputError
 from .simulator import JobResult, Simulation, simulate, summarize
 from ..estimator.table import ThroughputTable
 from .workloads import TraceJob, iter_trace, read_trace
-from ..core.engine import DEFAULT_HYSTERESIS, DEFAULT_MOVE_HYSTERESIS, MEASURED_RESTART_SECONDS
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_LEASE_LOAD_EXPONENT, DEFAULT_MAX_LEASE_SCALE,
+                           DEFAULT_MOVE_HYSTERESIS,
+                           MEASURED_RESTART_SECONDS)
 from ..core.files import atomic_write
 
 DEFAULT_CLUSTER = {"v100": 36, "p100": 36, "k80": 36}
@@ -57,6 +59,8 @@ class RunConfig:
     move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS   # mechanism: how far behind a running job must be to move
     carry_owed: bool = True                   # mechanism: what jobs were owed survives a ledger reset
     max_preemptions: int = 0                  # mechanism: jobs preempted a round at most (0: no cap)
+    lease_load_exponent: float = DEFAULT_LEASE_LOAD_EXPONENT   # mechanism: leases grow with the load
+    max_lease_scale: float = DEFAULT_MAX_LEASE_SCALE           # mechanism: by this factor at most
     mid_round_starts: bool = True             # a job arriving while GPUs are idle starts on them at once
 
     @property
@@ -101,6 +105,7 @@ def simulate_config(config: RunConfig, progress=None) -> tuple[Simulation, Throu
                    reset_seconds=config.reset_seconds, progress=progress,
                    hysteresis=config.hysteresis, work_conserving=config.work_conserving,
                    move_hysteresis=config.move_hysteresis, carry_owed=config.carry_owed,
+                   lease_load_exponent=config.lease_load_exponent, max_lease_scale=config.max_lease_scale,
                    mid_round_starts=config.mid_round_starts, max_pair_gpus=config.max_pair_gpus,
                    max_preemptions=config.max_preemptions)
     return sim, table

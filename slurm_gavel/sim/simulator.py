@@ -27,7 +27,8 @@ import numpy as np
 
 from ..core.backend import Departure, JobState, Measurement, Observation, Usage
 from ..core.clock import SimulatedClock
-from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_MAX_PREEMPTIONS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
+from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_LEASE_LOAD_EXPONENT, DEFAULT_MAX_LEASE_SCALE,
+                           DEFAULT_MAX_PREEMPTIONS, DEFAULT_MOVE_HYSTERESIS, DEFAULT_RESET_SECONDS, DEFAULT_RESTART_SECONDS,
                            DEFAULT_ROUND_SECONDS, Engine)
 from ..core.errors import InputError
 from ..core.interfaces import Backend
@@ -392,7 +393,9 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
              checkpoint_seconds: float | None = None,
              move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
              mid_round_starts: bool = False, max_pair_gpus: int | None = None,
-             max_preemptions: int = DEFAULT_MAX_PREEMPTIONS) -> Simulation:
+             max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
+             lease_load_exponent: float = DEFAULT_LEASE_LOAD_EXPONENT,
+             max_lease_scale: float = DEFAULT_MAX_LEASE_SCALE) -> Simulation:
     """Run `policy` over `jobs` (in arrival order) on a simulated `cluster`.
 
     Stops when every job in `window` (ids start <= id < end; default: all
@@ -407,7 +410,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
     `max_pair_gpus`: with space sharing, pair only jobs of at most that many GPUs each
     (1: as the Slurm backend does; None: any, as Gavel's simulator).
     `max_preemptions`: at most that many jobs preempted a round (0: no cap), as the daemon's
-    max_preemptions_per_round.
+    max_preemptions_per_round.  `lease_load_exponent`, `max_lease_scale`: how the two leases grow
+    with the load, and how much at most (core/ledger.py Churn.lease_scale; exponent 0: fixed).
     """
     if checkpoint_seconds is not None:
         restart_seconds = checkpoint_seconds
@@ -426,7 +430,8 @@ def simulate(jobs: Iterable[TraceJob], table: ThroughputTable, cluster: Mapping[
                         prices=prices, space_sharing=space_sharing, min_reset_seconds=reset_seconds,
                         work_conserving=work_conserving, hysteresis=hysteresis,
                         restart_seconds=restart_seconds, move_hysteresis=move_hysteresis,
-                        carry_owed=carry_owed, max_preemptions=max_preemptions)
+                        carry_owed=carry_owed, max_preemptions=max_preemptions,
+                        lease_load_exponent=lease_load_exponent, max_lease_scale=max_lease_scale)
     except ValueError as e:
         raise InputError("--hysteresis", str(e)) from None
     wanted = None if window is None else {str(i) for i in range(window[0], window[1])}

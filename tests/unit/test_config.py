@@ -26,6 +26,14 @@ def test_values_are_read(tmp_path):
                                                                    {"v100": 2})
 
 
+def test_the_lease_growth_is_read_and_defaults_to_the_measured_3_and_3(tmp_path):
+    path = tmp_path / "gavel.toml"
+    path.write_text("lease_load_exponent = 2\nmax_lease_scale = 4\n")
+    c = load(path)
+    assert (c.lease_load_exponent, c.max_lease_scale) == (2, 4)
+    assert (Config().lease_load_exponent, Config().max_lease_scale) == (3.0, 3.0)
+
+
 @pytest.mark.parametrize("text, field", [
     ('polcy = "fifo"', "polcy"),
     ('policy = "fastest_first"', "policy"),
@@ -44,6 +52,9 @@ def test_values_are_read(tmp_path):
     ("explore_rounds = -1", "explore_rounds"),
     ("explore_rounds = 2.5", "explore_rounds"),
     ("solver_wait_seconds = -1", "solver_wait_seconds"),
+    ("lease_load_exponent = -1", "lease_load_exponent"),
+    ("max_lease_scale = 0.5", "max_lease_scale"),
+    ('max_lease_scale = "3"', "max_lease_scale"),
 ])
 def test_mistakes_name_the_key(tmp_path, text, field):
     path = tmp_path / "gavel.toml"

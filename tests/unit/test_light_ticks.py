@@ -261,3 +261,10 @@ def test_the_bound_is_the_admins_full_read_seconds_and_a_reload_changes_it(daemo
     time.sleep(1.05)
     d._tick()
     assert reads(cli, before)["squeue"] == 1
+
+
+def test_the_daemons_engine_grows_its_leases_as_gavel_toml_says(daemon):
+    d = daemon(QueueCLI(), lease_load_exponent=2, max_lease_scale=4, restart_seconds=18)
+    churn = d.engine.churn
+    assert (churn.load_exponent, churn.max_lease_scale, churn.restart_seconds) == (2, 4, 18)
+    assert churn.lease_scale(1.5) == 2.25 and churn.lease_scale(3.0) == 4
