@@ -97,3 +97,23 @@ def test_restarts_fall_only_where_the_cluster_is_oversubscribed():
     roomy = [job("fast", 360000), job("mid", 100000, at=1000.0)]
     a, b = _run(roomy, 2, 0), _run(roomy, 2, 3)
     assert {j: r.finish for j, r in a.results.items()} == {j: r.finish for j, r in b.results.items()}
+
+
+def test_a_type_blind_baseline_keeps_the_configured_leases():
+    # The agnostic baselines stand for Gavel's type-blind mechanism, which the lease rule
+    # (an aware mechanism's restart saving) must not move: under load 2 an aware engine's
+    # leases grow, a type-blind one's stay at 2 / 5 rounds.
+    table = small_table()
+
+    def engine(agnostic):
+        clock = SimulatedClock()
+        backend = SimulatedCluster([job("fast", 36000) for _ in range(8)], table, {"v100": 4}, clock)
+        return Engine(clock, backend, Immediate(make_policy("max_min_fairness", agnostic=agnostic)),
+                      TableThroughputs(table), round_seconds=360.0, restart_seconds=18,
+                      hysteresis=2, move_hysteresis=5, lease_load_exponent=3, max_lease_scale=3)
+    aware, blind = engine(False), engine(True)
+    aware.step()
+    blind.step()
+    assert blind.allocation.type_blind and not aware.allocation.type_blind
+    assert aware.churn.hysteresis == pytest.approx(2 * 360 * 3.0)
+    assert blind.churn.hysteresis == 2 * 360 and blind.churn.move_hysteresis == 5 * 360
