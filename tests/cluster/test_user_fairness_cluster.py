@@ -97,6 +97,9 @@ def test_a_users_array_does_not_take_the_cluster_from_two_users_with_three_jobs(
         try:
             meta, shares = store.latest_allocation()
             records = {j["id"]: j for j in store.jobs(ALL_STATES)}
+            speeds: dict[str, dict[str, float]] = {}
+            for r in store.throughput_estimates():
+                speeds.setdefault(r["job"], {})[r["worker_type"]] = r["steps_per_second"]
             shown = text(explain(store, mine["nobody"][0]))
             data, _ = rows(store)
         finally:
@@ -109,15 +112,23 @@ def test_a_users_array_does_not_take_the_cluster_from_two_users_with_three_jobs(
         shutil.rmtree(shared, ignore_errors=True)
     assert code == 0, log[-3000:]
     assert meta["policy"] == "hierarchical", log[-3000:]
-    gpus = {}
+    gpus, fair = {}, {}
     for job, share in shares.items():
-        user = records[job]["user"]
-        gpus[user] = gpus.get(user, 0.0) + sum(share.values()) * records[job]["scale_factor"]
-    # the LP: users share first.  Equal normalized throughput, not equal GPUs, on three GPU
-    # types whose speeds the jobs' own reports change: each small user about its 6 GPUs
-    # (all its jobs can use), the array's user about the other 12 (per-job LAS: 2 and 20)
+        user, size = records[job]["user"], records[job]["scale_factor"]
+        gpus[user] = gpus.get(user, 0.0) + sum(share.values()) * size
+        # the job's throughput under X over its throughput on an equal time share of each type
+        # (the cluster has 8 GPUs of each), in GPUs: what the LP equalizes between users
+        speed = speeds[job]
+        mean = sum(speed.values()) / len(speed)
+        fair[user] = fair.get(user, 0.0) + size * sum(x * speed[t] / mean for t, x in share.items())
+    # the LP: users share first.  Equal normalized throughput, not equal GPUs: the small users'
+    # jobs get more of the fast type, so fewer GPUs (which of the equally fair splits the LP picks
+    # moves with the speeds the jobs report: 4.3-6 GPUs each seen).  Per-job LAS would give each
+    # small user 6 of 36 shares: 2 GPUs, about 4 of the 24 GPU-equivalents
     assert set(gpus) == {"root", *SMALL_USERS}, (gpus, samples, log[-4000:])
-    assert all(gpus[u] > 4.5 for u in SMALL_USERS) and gpus["root"] < 15, gpus
+    assert all(fair[u] > 6.5 for u in SMALL_USERS), (fair, gpus)
+    assert max(fair.values()) < 1.05 * min(fair.values()), (fair, gpus)
+    assert all(gpus[u] > 3.5 for u in SMALL_USERS) and gpus["root"] < 17, gpus
     # the rounds: over the second half of the run each small user had about its quarter of
     # the GPU time (moves between types cost some); per-job LAS gives it 3 of 36 equal shares
     got = {u: after.get(u, 0.0) - (before or {}).get(u, 0.0) for u in after}
