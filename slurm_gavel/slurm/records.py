@@ -498,73 +498,140 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 def parse_jobs(data: dict) -> list[SlurmJob]:
-    jobs = []
+    """Every job record of a `squeue --json` (an array's pending tasks one job each)."""
+    jobs: list[SlurmJob] = []
     for j in data.get("jobs") or []:
-        if not isinstance(j, dict):
-            continue
-        gpu_type, gpus = gpu_request(j.get("tres_per_node"))
-        job_type, per_job = gpu_request(j.get("tres_per_job"))
-        nodes = expand_hostlist(text(j.get("nodes")))
-        node_count = _node_count(j, nodes)
-        detail = [_node_detail(e) for e in j["gres_detail"]] \
-            if isinstance(j.get("gres_detail"), list) else []
-        on_nodes = _gres_detail(j.get("gres_detail"), len(nodes))
-        # per task (--tres-per-task=gres/shard:2 -n 2, --gpus-per-task=1): count x tasks
-        task_type, per_task = gpu_request(j.get("tres_per_task"))
-        task_shards = shard_request(j.get("tres_per_task"))
-        tasks = _tasks_on_node(j, node_count) if per_task or task_shards else 0
-        shards = shard_request(j.get("tres_per_node")) or task_shards * tasks
-        held_shards = max((d.shards for d in detail), default=0)
-        if held_shards and "RUNNING" in _job_state(j.get("job_state")):
-            shards = held_shards              # running: what it holds (per node, the most)
-        if not gpus and on_nodes and not per_job:
-            gpus = max(on_nodes)              # running: the GPUs Slurm lists
-        if not gpus and per_task and not per_job:
-            gpu_type, gpus = task_type, per_task * tasks
-        if shards and not gpus and not per_job:
-            # a job's shards per node sit on one GPU; per task, with ONE_TASK_PER_SHARING_GRES
-            # (or --gres-flags=one-task-per-sharing), each task's on a GPU of its own: the most
-            # GPUs it takes (docs/space-sharing.md, "Jobs that ask per task")
-            gpus = tasks if task_shards and not shard_request(j.get("tres_per_node")) else 1
-        if not gpus:
-            # --gpus=N alone: N over its nodes (as Slurm spreads it); else what it was given
-            gpu_type, gpus = (job_type, -(-per_job // node_count)) if per_job else \
-                gpu_request(j.get("tres_req_str"))
-        state = _job_state(j.get("job_state"))
-        start = number(j.get("start_time"))
-        end = number(j.get("end_time"))
-        slurm_id = text(number(j.get("job_id"), j.get("job_id"))).split(".")[0]
-        job = SlurmJob(
-            job_id=slurm_id,
-            name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
-            account=text(j.get("account")), partition=text(j.get("partition")),
-            state=state, reason=text(j.get("state_reason")),
-            nodes=tuple(nodes), comment=text(j.get("comment")),
-            admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
-            node_count=node_count,
-            restarts=_int(j.get("restart_cnt")) or 0,
-            submit_time=number(j.get("submit_time")), start_time=start or None,
-            end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
-            work_dir=text(j.get("current_working_directory")),
-            cpus_per_node=int(_positive(j.get("minimum_cpus_per_node")) or 0) or None,
-            memory_per_node=_positive(j.get("memory_per_node")),
-            memory_per_cpu=_positive(j.get("memory_per_cpu")),
-            memory_per_gpu=_memory_per_gpu(j.get("memory_per_tres")),
-            exclusive=_exclusive(j),
-            dependency="" if text(j.get("dependency")) == "(null)" else text(j.get("dependency")),
-            features="&".join(text(f) for f in j["features"]) if isinstance(j.get("features"), list)
-            else text(j.get("features")),
-            reservation=text(j.get("resv_name") or j.get("reservation")),
-            required_nodes=_names(j.get("required_nodes")),
-            excluded_nodes=_names(j.get("excluded_nodes")),
-            slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
-            gpus_on_nodes=on_nodes, shards=shards,
-            gpu_indices=tuple(d.indices for d in detail), gpu_shards=tuple(d.use for d in detail),
-            tasks_per_gpu=_count(j.get("tasks_per_tres")), tasks=_count(j.get("tasks")),
-            task_shards=task_shards, cpus=_count(j.get("cpus")),
-            eligible_time=_positive(j.get("eligible_time")))
-        jobs.extend(_array_tasks(job, j))
+        if isinstance(j, dict):
+            jobs.extend(parse_job(j))
     return jobs
+
+
+def parse_job(j: dict) -> list[SlurmJob]:
+    """One job record -> its jobs (one, or an array's pending tasks)."""
+    gpu_type, gpus = gpu_request(j.get("tres_per_node"))
+    job_type, per_job = gpu_request(j.get("tres_per_job"))
+    nodes = expand_hostlist(text(j.get("nodes")))
+    node_count = _node_count(j, nodes)
+    detail = [_node_detail(e) for e in j["gres_detail"]] \
+        if isinstance(j.get("gres_detail"), list) else []
+    on_nodes = _gres_detail(j.get("gres_detail"), len(nodes))
+    # per task (--tres-per-task=gres/shard:2 -n 2, --gpus-per-task=1): count x tasks
+    task_type, per_task = gpu_request(j.get("tres_per_task"))
+    task_shards = shard_request(j.get("tres_per_task"))
+    tasks = _tasks_on_node(j, node_count) if per_task or task_shards else 0
+    shards = shard_request(j.get("tres_per_node")) or task_shards * tasks
+    held_shards = max((d.shards for d in detail), default=0)
+    if held_shards and "RUNNING" in _job_state(j.get("job_state")):
+        shards = held_shards              # running: what it holds (per node, the most)
+    if not gpus and on_nodes and not per_job:
+        gpus = max(on_nodes)              # running: the GPUs Slurm lists
+    if not gpus and per_task and not per_job:
+        gpu_type, gpus = task_type, per_task * tasks
+    if shards and not gpus and not per_job:
+        # a job's shards per node sit on one GPU; per task, with ONE_TASK_PER_SHARING_GRES
+        # (or --gres-flags=one-task-per-sharing), each task's on a GPU of its own: the most
+        # GPUs it takes (docs/space-sharing.md, "Jobs that ask per task")
+        gpus = tasks if task_shards and not shard_request(j.get("tres_per_node")) else 1
+    if not gpus:
+        # --gpus=N alone: N over its nodes (as Slurm spreads it); else what it was given
+        gpu_type, gpus = (job_type, -(-per_job // node_count)) if per_job else \
+            gpu_request(j.get("tres_req_str"))
+    state = _job_state(j.get("job_state"))
+    start = number(j.get("start_time"))
+    end = number(j.get("end_time"))
+    slurm_id = text(number(j.get("job_id"), j.get("job_id"))).split(".")[0]
+    job = SlurmJob(
+        job_id=slurm_id,
+        name=text(j.get("name")), user=text(j.get("user_name") or j.get("user")),
+        account=text(j.get("account")), partition=text(j.get("partition")),
+        state=state, reason=text(j.get("state_reason")),
+        nodes=tuple(nodes), comment=text(j.get("comment")),
+        admin_comment=text(j.get("admin_comment")), gpu_type=gpu_type, gpus=gpus,
+        node_count=node_count,
+        restarts=_int(j.get("restart_cnt")) or 0,
+        submit_time=number(j.get("submit_time")), start_time=start or None,
+        end_time=end or None, exit_code=_exit_code(j.get("exit_code")),
+        work_dir=text(j.get("current_working_directory")),
+        cpus_per_node=int(_positive(j.get("minimum_cpus_per_node")) or 0) or None,
+        memory_per_node=_positive(j.get("memory_per_node")),
+        memory_per_cpu=_positive(j.get("memory_per_cpu")),
+        memory_per_gpu=_memory_per_gpu(j.get("memory_per_tres")),
+        exclusive=_exclusive(j),
+        dependency="" if text(j.get("dependency")) == "(null)" else text(j.get("dependency")),
+        features="&".join(text(f) for f in j["features"]) if isinstance(j.get("features"), list)
+        else text(j.get("features")),
+        reservation=text(j.get("resv_name") or j.get("reservation")),
+        required_nodes=_names(j.get("required_nodes")),
+        excluded_nodes=_names(j.get("excluded_nodes")),
+        slurm_id=slurm_id, priority=number(j.get("priority"), None), gpus_per_job=per_job,
+        gpus_on_nodes=on_nodes, shards=shards,
+        gpu_indices=tuple(d.indices for d in detail), gpu_shards=tuple(d.use for d in detail),
+        tasks_per_gpu=_count(j.get("tasks_per_tres")), tasks=_count(j.get("tasks")),
+        task_shards=task_shards, cpus=_count(j.get("cpus")),
+        eligible_time=_positive(j.get("eligible_time")))
+    return _array_tasks(job, j)
+
+
+class _Watched(dict):
+    """A job record that notes which of its fields were read (`read`), so that a later record
+    is known to parse the same when those fields are the same (`JobReader`)."""
+
+    def __init__(self, raw: dict):
+        super().__init__(raw)
+        self.read: dict[str, None] = {}
+
+    def get(self, key, default=None):
+        self.read[key] = None
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read[key] = None
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read[key] = None
+        return super().__contains__(key)
+
+
+class JobReader:
+    """`parse_jobs`, incremental: a record is parsed again only when a field its last parse
+    read changed (by job id; a field it did not read, such as slurmctld's
+    `last_sched_evaluation`, which changes every scheduling pass, does not count), else its
+    jobs are the same objects as at the last poll.  `reparsed`: records parsed by the last
+    `parse` (new or changed ones); a quiet queue costs none.
+
+    Exact by construction: `parse_job` is a function of the fields it reads, and a record
+    whose read fields are equal reads the same branch, so it parses to equal jobs."""
+
+    def __init__(self):
+        # job id -> (fields read, their values, the jobs parsed from them)
+        self._cache: dict[str, tuple[tuple[str, ...], tuple, list[SlurmJob]]] = {}
+        self.reparsed = 0
+
+    def parse(self, data: dict) -> list[SlurmJob]:
+        jobs: list[SlurmJob] = []
+        cache: dict[str, tuple[tuple[str, ...], tuple, list[SlurmJob]]] = {}
+        reparsed = 0
+        for raw in data.get("jobs") or []:
+            if not isinstance(raw, dict):
+                continue
+            key = text(raw.get("job_id"))
+            known = self._cache.get(key)
+            if known is not None and key not in cache:
+                fields, values, parsed = known
+                if tuple(raw.get(f) for f in fields) == values:
+                    cache[key] = known
+                    jobs.extend(parsed)
+                    continue
+            watched = _Watched(raw)
+            parsed = parse_job(watched)
+            reparsed += 1
+            if key and key not in cache:
+                fields = tuple(watched.read)
+                cache[key] = (fields, tuple(raw.get(f) for f in fields), parsed)
+            jobs.extend(parsed)
+        self._cache, self.reparsed = cache, reparsed
+        return jobs
 
 
 def task_ids(spec: str) -> list[int]:
@@ -816,5 +883,6 @@ def slurm_release(data: dict) -> str:
 
 __all__ = ["requeue_exit_codes", "ACTIVE_STATES", "DEPARTURE_STATES", "FINISHED_STATES", "FinalState", "SACCT_FIELDS",
            "SlurmJob", "SlurmNode", "SlurmRun", "expand_hostlist", "final_from_job",
-           "final_from_sacct", "gpu_request", "number", "parse_jobs", "parse_nodes", "parse_sacct",
+           "final_from_sacct", "gpu_request", "JobReader", "number", "parse_job", "parse_jobs",
+           "parse_nodes", "parse_sacct",
            "slurm_release", "states"]

@@ -36,9 +36,8 @@ from ...core.plan import Assignment, RoundPlan, Server
 from ..capacity import cpu_shortage, free_gpus, memory_consumable
 from ..commands import Backoff, SlurmCLI, SlurmCommandError
 from ..feasibility import accepts
-from ..flags import from_admin_comment
 from ..gputypes import TypeMap, discover
-from ..records import SlurmJob, SlurmNode, parse_jobs, parse_nodes
+from ..records import JobReader, SlurmJob, SlurmNode, parse_nodes
 from ..userfiles import UserFiles
 from . import snapshot as snapshots
 from .snapshot import id_order
@@ -51,6 +50,7 @@ from .pairs.room import NodeRoom
 from .pairs.sharing import OnceLog, PairLimit, joins, pair_problem, usage_rows
 from .starts import RESTART_GUARD_SECONDS, Starting
 from .stops import Preempted, Stopping
+from .verdicts import Verdicts
 
 log = logging.getLogger("slurm_gavel.slurm")
 
@@ -88,6 +88,11 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
         self.refusal: str | None = None                 # Slurm's words when the last action failed
         self._bad_flags: dict[str, str] = {}
         self._partition_of: dict[str, str] = {}
+        # the poll's reconcile, incremental: a job record is parsed again only when it changed
+        # (records.JobReader), its flags and verdicts worked out again only then (verdicts.py)
+        self._reader = JobReader()
+        self.reconciled = 0                            # records the last poll parsed again
+        self._verdicts = Verdicts()
 
         # credit.py: what ran, credited; departures
         self._running: dict[str, Run] = {}
@@ -206,8 +211,9 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
     # -- polling ---------------------------------------------------------------
     def poll(self) -> None:
         now = self.clock.now()
-        snap = snapshots.build(parse_jobs(self.cli.squeue()), parse_nodes(self.cli.nodes()), self.types,
-                               self.snapshot.memory)
+        snap = snapshots.build(self._reader.parse(self.cli.squeue()), parse_nodes(self.cli.nodes()),
+                               self.types, self.snapshot.memory)
+        self.reconciled = self._reader.reparsed
         gone = [job for job in dict.fromkeys([*self.snapshot.gavel, *sorted(self._unreconciled)])
                 if job not in snap.gavel]
         self.snapshot = snap
@@ -278,11 +284,12 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
         """Each gavel job as the engine sees it (with where it may run, or why not now), and
         the GPUs each holds; bad flags and hold reasons are kept (`bad_flags`, `job_status`)."""
         states, bad, holds, sizes = [], {}, {}, {}
+        self._verdicts.begin(self.snapshot)
         for job_id, j in sorted(self._jobs.items(), key=lambda kv: (kv[1].submit_time or 0, id_order(kv[0]))):
             if j.partition and self._run_type(j.partition, j.nodes) is None and j.running:
                 continue              # a gavel job someone placed outside the GPU partitions
             try:
-                flags = from_admin_comment(j.admin_comment)
+                flags = self._verdicts.flags(j)
             except InputError as e:
                 bad[job_id] = f"bad flags: {e.problem}"
                 continue
@@ -307,6 +314,7 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
         self._holds = holds
         self._bad_flags = bad
         self._types_of = {job: t for job, t in self._types_of.items() if job in self._jobs}
+        self._verdicts.keep(self._jobs)
         return states, sizes
 
     @property

@@ -34,7 +34,6 @@ from typing import Iterable, Mapping
 
 from ...core.plan import Assignment, Placement
 from ..capacity import cpus_of, gpus_kept, memory_of
-from ..feasibility import judge
 from ..flags import admin_flags, admin_status, with_status
 from ..records import SlurmJob
 from .snapshot import Snapshot, id_order
@@ -217,7 +216,7 @@ class Holding:
     def _where(self, j: SlurmJob, now: float) -> tuple[Placement, str]:
         """Where the job may run and, if it must not be planned now, why."""
         snap = self.snapshot
-        verdict = judge(j, snap.nodes, self.partitions, node_types=snap.type_of)
+        verdict = self._verdicts.verdict(j, snap, self.partitions)     # verdicts.py: kept
         base = SPREAD if j.reshapeable else ONE_NODE
         if verdict.hold:
             return base, verdict.hold
@@ -304,7 +303,7 @@ class Holding:
         return True
 
     def _held_gpus(self, j: SlurmJob, placement: Placement | None) -> int:
-        return held_gpus(self.snapshot, j, placement)
+        return self._verdicts.held(j, self.snapshot, placement)
 
     def _rounds(self, seconds: float) -> str:
         return rounds_text(seconds, self.round_seconds)
