@@ -400,6 +400,7 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
         `progress`: why its progress reports are not read (refused files), when they are not."""
         now = self.clock.now()
         out: dict[str, dict] = {}
+        used = self._gpus_used()        # once: a scan of the jobs per waiting job was quadratic
         for job_id, j in self._jobs.items():
             if j.running:
                 r = self._running.get(job_id)
@@ -408,38 +409,42 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
                                "nodes": ",".join(r.nodes if r else j.nodes)}
             elif job_id in self._starting:
                 a, at = self._starting[job_id]
-                short = self._cpu_words(j, frozenset(a.nodes))
+                short = self._cpu_words(j, used, frozenset(a.nodes))
                 out[job_id] = {"state": "S", "gpus": 0,
                                "detail": f"released {now - at:.0f} s ago, not started yet; Slurm says: "
                                          f"{j.reason or 'nothing yet'}" + (f"; {short}" if short else "")}
             elif job_id in self._holds:
-                short = self._cpu_words(j) if job_id in self._stuck else ""
+                short = self._cpu_words(j, used) if job_id in self._stuck else ""
                 out[job_id] = {"state": "W", "gpus": 0,
                                "detail": self._holds[job_id] + (f"; {short}" if short else "")}
             elif job_id in self._taken:
                 out[job_id] = {"state": "PD", "gpus": 0, "detail": self._taken[job_id]}
             else:
                 out[job_id] = {"state": "PD", "gpus": 0}
-                detail = self._notes.get(job_id) or self._closed_words(job_id) or self._cpu_words(j)
+                detail = self._notes.get(job_id) or self._closed_words(job_id) or self._cpu_words(j, used)
                 if detail:
                     out[job_id]["detail"] = detail
             if job_id in self._progress_refused:
                 out[job_id]["progress"] = self._progress_refused[job_id]
         return out
 
-    def _cpu_words(self, j: SlurmJob, nodes: frozenset[str] | None = None) -> str:
-        """Nodes with GPUs free for `j` but not its CPUs (or memory), in words (capacity.cpu_shortage):
-        of `nodes`, else of the nodes of its types it may run on."""
-        if nodes is None:
-            names = set(self.snapshot.type_of)
-            if j.excluded_nodes:
-                names -= set(j.excluded_nodes)
-            nodes = frozenset(names)
+    def _gpus_used(self) -> dict[str, int]:
+        """node -> GPUs running jobs hold there (gavel or not), as the last poll saw them."""
         used = dict(self._others_gpus)
         for other in self._jobs.values():
             if other.running:
                 for n in other.nodes:
                     used[n] = used.get(n, 0) + other.gpus_on(n)
+        return used
+
+    def _cpu_words(self, j: SlurmJob, used: Mapping[str, int], nodes: frozenset[str] | None = None) -> str:
+        """Nodes with GPUs free for `j` (`used`: `_gpus_used`) but not its CPUs (or memory), in
+        words (capacity.cpu_shortage): of `nodes`, else of the nodes of its types it may run on."""
+        if nodes is None:
+            names = set(self.snapshot.type_of)
+            if j.excluded_nodes:
+                names -= set(j.excluded_nodes)
+            nodes = frozenset(names)
         return cpu_shortage(j, self._nodes, used, nodes, self.snapshot.memory)
 
     # -- actions ---------------------------------------------------------------------
