@@ -110,6 +110,13 @@ DEFAULT_MAX_LEASE_SCALE = 3.0
 # stretched that p99 to 2.84 (docs/benchmarks.md).
 DEFAULT_MAX_PREEMPTIONS = 0
 MEASURED_MAX_PREEMPTIONS = 64
+# At most this many jobs that are not running started in one round (Churn.max_starts; 0:
+# no cap, the paper's mechanism and the simulator's default): filling a large cluster is
+# spread over rounds.  The daemon's default, 1,000: a round's starts cost Slurm about four
+# RPCs and 4-17 ms of enforce each (docs/benchmarks.md, issue 25), so 1,000 keep a round's
+# enforce around 10 s, and a 1,600-GPU cluster still fills within two rounds.
+DEFAULT_MAX_STARTS = 0
+MEASURED_MAX_STARTS = 1000
 # Time every entry counts as received after a reset, in rounds: Gavel seeds
 # each job with half a round, so that a reset does not make every priority
 # infinite at once.
@@ -225,6 +232,7 @@ class Engine:
                  restart_seconds: float = DEFAULT_RESTART_SECONDS,
                  move_hysteresis: float = DEFAULT_MOVE_HYSTERESIS, carry_owed: bool = True,
                  max_preemptions: int = DEFAULT_MAX_PREEMPTIONS,
+                 max_starts: int = DEFAULT_MAX_STARTS,
                  lease_load_exponent: float = DEFAULT_LEASE_LOAD_EXPONENT,
                  max_lease_scale: float = DEFAULT_MAX_LEASE_SCALE,
                  entity_weights: Mapping[str, float] | None = None, share_by: str = ENTITY):
@@ -235,7 +243,7 @@ class Engine:
                       restart_seconds=float(restart_seconds),
                       seed_seconds=SEED_ROUNDS * float(round_seconds),
                       move_hysteresis=float(move_hysteresis) * float(round_seconds),
-                      max_preemptions=max_preemptions,
+                      max_preemptions=max_preemptions, max_starts=max_starts,
                       load_exponent=float(lease_load_exponent),
                       max_lease_scale=float(max_lease_scale))
         self.churn = churn               # as configured; `churn` reads it under the current load
@@ -307,6 +315,11 @@ class Engine:
         if self.allocation is not None and self.allocation.type_blind:
             return self._churn
         return self._churn_now
+
+    def set_caps(self, max_preemptions: int, max_starts: int) -> None:
+        """A round's caps on preemptions and starts (a reload), the leases kept as they are."""
+        self._churn = replace(self._churn, max_preemptions=max_preemptions, max_starts=max_starts)
+        self._churn_now = replace(self._churn_now, max_preemptions=max_preemptions, max_starts=max_starts)
 
     @churn.setter
     def churn(self, churn: Churn) -> None:

@@ -40,6 +40,11 @@ class Churn:
     so that a large reshuffle is spread over a few rounds instead of one wave
     of hundreds of preemptions that the workload manager must carry out at
     once; the jobs kept run on, the jobs kept waiting come first next round.
+    `max_starts`: at most this many jobs that are not running started in one round
+    (0: no cap), the ones most behind their share first, so that filling a large cluster
+    is spread over a few rounds of Slurm work instead of one round of thousands of
+    starts; the ones kept waiting are more behind next round, so they come first then.
+    (A running job moved elsewhere is a preemption, bounded by `max_preemptions`.)
     `load_exponent` and `max_lease_scale`: how the two leases grow with the
     load, and by how much at most (`lease_scale`); exponent 0 keeps them as given.
     The defaults are the plain mechanism of the paper.
@@ -50,6 +55,7 @@ class Churn:
     seed_seconds: float = 0.0
     move_hysteresis: float = 0.0
     max_preemptions: int = 0
+    max_starts: int = 0
     load_exponent: float = 0.0
     max_lease_scale: float = 1.0
 
@@ -60,8 +66,10 @@ class Churn:
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value}")
         if not (self.max_lease_scale >= 1 and math.isfinite(self.max_lease_scale)):
             raise ValueError(f"max_lease_scale must be a number >= 1, got {self.max_lease_scale}")
-        if not (isinstance(self.max_preemptions, int) and self.max_preemptions >= 0):
-            raise ValueError(f"max_preemptions must be a whole number >= 0, got {self.max_preemptions!r}")
+        for name in ("max_preemptions", "max_starts"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+                raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
 
     def lease_scale(self, load: float) -> float:
         """By how much the leases grow at `load` (GPUs the jobs ask for over the GPUs there are).

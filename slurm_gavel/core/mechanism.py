@@ -654,6 +654,10 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
 
     index = row_index(rows)
     assignments, fills = pick_and_place(prio, usable)
+    capped = _cap_starts(churn.max_starts, rows, assignments, before, index, column, prio, usable)
+    if capped is not None:
+        prio, usable = capped
+        assignments, fills = pick_and_place(prio, usable.copy() if usable is not None else None)
     cap = churn.max_preemptions
     forced: set[int] = set()
     while cap:
@@ -693,6 +697,44 @@ def plan_round(number: int, allocation: Allocation, ledger: Ledger, servers: Seq
             started.append(a)
     preempt = tuple(sorted(set().union(*before) - still))
     return RoundPlan(number, tuple(assignments), tuple(kept), tuple(started), preempt, filling)
+
+
+def _cap_starts(cap: int, rows: Sequence[Row], assignments, before: Mapping[Row, Assignment],
+                index: Mapping[Row, int], column: Mapping[str, int], prio: np.ndarray,
+                usable: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The priorities (and `usable`) that start at most `cap` jobs that are not running, or
+    None when the round starts no more than that (or `cap` is 0: no cap).
+
+    The starts kept are the picks of highest priority where they were placed (work
+    conserving fills, at priority 0, last); every other row of jobs that are not running
+    gets priority 0 (and, a single job, nothing usable) for this round, so its GPUs stay
+    with the rows running there, or idle: no preemption is made for a start the cap
+    holds back.  Those left waiting received nothing this round, so they are further
+    behind their share next round and come first then."""
+    if not cap:
+        return None
+    running = set().union(*before) if before else set()
+
+    def new_jobs(row) -> int:
+        return sum(1 for job in row if job not in running)
+
+    starting = [(index[a.jobs], a) for a in assignments if a.jobs in index and new_jobs(a.jobs)]
+    if sum(new_jobs(a.jobs) for _, a in starting) <= cap:
+        return None
+    starting.sort(key=lambda ra: (-prio[ra[0], column[ra[1].worker_type]], ra[0]))
+    allowed, taken = set(), 0
+    for r, a in starting:
+        if taken + new_jobs(a.jobs) <= cap:
+            allowed.add(r)
+            taken += new_jobs(a.jobs)
+    waiting = [r for r, row in enumerate(rows) if r not in allowed and new_jobs(row)]
+    prio = prio.copy()
+    prio[waiting, :] = 0.0
+    if usable is not None:
+        usable = usable.copy()
+        singles = [r for r in waiting if len(rows[r]) == 1 and r < usable.shape[0]]
+        usable[singles, :] = 0.0       # rows of single jobs come first, in the jobs' order
+    return prio, usable
 
 
 __all__ = ["allocation_rows", "fill", "only_types", "place", "plan_round", "priorities", "round_priorities",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..core.engine import (DEFAULT_HYSTERESIS, DEFAULT_LEASE_LOAD_EXPONENT, DEFAULT_MAX_LEASE_SCALE,
-                           DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS,
+                           DEFAULT_MOVE_HYSTERESIS, MEASURED_MAX_PREEMPTIONS, MEASURED_MAX_STARTS,
                            MEASURED_RESTART_SECONDS)
 from ..core.entities import SHARE_BY
 from ..core.errors import InputError
@@ -62,6 +62,8 @@ class Config:
     restart_seconds: float = MEASURED_RESTART_SECONDS
     # at most this many jobs preempted a round (0: no cap): a large reshuffle over a few rounds
     max_preemptions_per_round: int = MEASURED_MAX_PREEMPTIONS
+    # at most this many waiting jobs started a round (0: no cap): a large fill over a few rounds
+    max_starts_per_round: int = MEASURED_MAX_STARTS
     work_conserving: bool = True         # idle GPUs go to waiting jobs with no share on that type
     mid_round_starts: bool = False       # a job submitted during a round starts at the next tick on idle GPUs
     tick_seconds: float = 10.0           # how often Slurm is looked at within a round (slurm/backend/looks.py)
@@ -151,10 +153,10 @@ class Config:
         if not (isinstance(self.max_lease_scale, (int, float)) and not isinstance(self.max_lease_scale, bool)
                 and 1 <= self.max_lease_scale < math.inf):
             bad("max_lease_scale", f"must be a number >= 1, got {self.max_lease_scale!r}")
-        if not (isinstance(self.max_preemptions_per_round, int)
-                and not isinstance(self.max_preemptions_per_round, bool) and self.max_preemptions_per_round >= 0):
-            bad("max_preemptions_per_round", f"must be a whole number >= 0 (0: no cap), "
-                                             f"got {self.max_preemptions_per_round!r}")
+        for key in ("max_preemptions_per_round", "max_starts_per_round"):
+            v = getattr(self, key)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+                bad(key, f"must be a whole number >= 0 (0: no cap), got {v!r}")
         if not (isinstance(self.max_pair_gpus, int) and not isinstance(self.max_pair_gpus, bool)
                 and 1 <= self.max_pair_gpus <= MAX_PAIR_GPUS):
             bad("max_pair_gpus", f"must be an integer 1-{MAX_PAIR_GPUS}, got {self.max_pair_gpus!r}")

@@ -167,6 +167,7 @@ class Daemon:
                              lease_load_exponent=config.lease_load_exponent,
                              max_lease_scale=config.max_lease_scale,
                              max_preemptions=config.max_preemptions_per_round,
+                             max_starts=config.max_starts_per_round,
                              # read once now: a restart with the same shares is no reset event
                              entity_weights=self.fairshare.refresh() if self.fairshare else config.entities,
                              share_by=config.share_by)
@@ -517,6 +518,8 @@ class Daemon:
         self.engine.round_seconds = new.round_seconds
         self.engine.prices = dict(new.prices)
         self.engine.solve_patience = min(new.solver_wait_seconds, new.round_seconds / 2)
+        # the caps of a round's Slurm work (grown leases are worked out again from these)
+        self.engine.set_caps(new.max_preemptions_per_round, new.max_starts_per_round)
         self.clock.every = new.tick_seconds
         self.backend.full_read_seconds = new.full_read_seconds
         self.config = new
