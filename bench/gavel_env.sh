@@ -14,7 +14,8 @@
 #                      scikit-learn), psutil (utils.py).
 #
 # Then: python bench/gavel_policies.py --gavel DEST/src/scheduler --gavel-python DEST/venv/bin/python ...
-# PYTHON (default python3.11) and COMMIT / POLICY_COMMIT may be overridden from the environment.
+# PYTHON (default python3.11) and COMMIT / POLICY_COMMIT may be overridden from the environment;
+# SOURCE_ONLY=1 stops after DEST/src (no venv, no stubs).
 set -euo pipefail
 
 GIT_DIR=${1:?usage: gavel_env.sh GAVEL_GIT_DIR DEST}
@@ -45,6 +46,10 @@ rm -rf "$DEST/src/scheduler"
 for file in policies/max_min_fairness.py policies/policy.py; do
     "${GIT[@]}" show "$POLICY_COMMIT:scheduler/$file" > "$DEST/src/scheduler/$file"
 done
+
+if [[ ${SOURCE_ONLY:-} == 1 ]]; then    # the source tree alone (tests/unit/test_gavel_env.py)
+    exit 0
+fi
 
 if [[ ! -x $DEST/venv/bin/python ]]; then
     "$PYTHON" -m venv "$DEST/venv"
