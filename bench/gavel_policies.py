@@ -22,10 +22,20 @@ stream seeded seed + 6); ours reads the same jobs with the same SLOs from a
 trace file this script writes.  Gavel's code is not part of the project:
 
     python bench/gavel_policies.py --gavel GAVEL/scheduler --gavel-python VENV/bin/python \
-        [--rate 2.5 --window 200:300 --static-jobs 100] [--cases las,fifo] [--markdown FILE]
+        [--rate 2.5 --window 200:300 --static-jobs 100] [--cases las,fifo] [--markdown FILE] \
+        [--results FILE.jsonl]
+    python bench/gavel_policies.py --render --results FILE.jsonl [--markdown FILE]
 
 Options this script does not know go to every `slurm-gavel simulate` run.
-Gavel's scheduler/ folder needs its gRPC stubs (`make rpc_stubs` there).
+`bash bench/gavel_env.sh GAVEL_GIT_DIR DEST` builds Gavel's scheduler/ folder (with
+its gRPC stubs) and a Python for it.
+
+A high-load case takes Gavel's simulator up to an hour, so a run can be resumed:
+with `--results FILE.jsonl` each finished case appends one JSON line (both sides'
+metric, wall seconds, notes, the setup and the commit of ours) and a case
+already in the file for the same setup is skipped (delete its line to rerun
+it); `--markdown` is then rewritten from the whole file after each case, and
+`--render` writes that table without running anything.
 """
 from __future__ import annotations
 
@@ -243,10 +253,78 @@ HEADER = ("| case | Gavel's policy | judged by | Gavel | ours | ours / Gavel | G
           "|---|---|---|---:|---:|---:|---:|---:|---|")
 
 
+def setup_key(s: Setup) -> dict:
+    """What makes two runs of a case the same measurement (the results file's key, with the case)."""
+    return {"rate": s.rate, "window": list(s.window), "static_jobs": s.static_jobs, "seed": s.seed,
+            "throughputs": s.throughputs.name, "passthrough": list(s.passthrough)}
+
+
+def _plain(x):
+    """JSON has no NaN: a missing figure is null in the file."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
+def _result(d: dict) -> Result:
+    nan = float("nan")
+    return Result(nan if d.get("value") is None else float(d["value"]),
+                  nan if d.get("wall") is None else float(d["wall"]), d.get("note", ""),
+                  {k: nan if v is None else v for k, v in d.get("extra", {}).items()})
+
+
+def record(case: Case, s: Setup, g: Result, o: Result, commit: str) -> dict:
+    """One results-file line: a finished case, both sides."""
+    side = lambda r: _plain({"value": r.value, "wall": r.wall, "note": r.note, "extra": r.extra})  # noqa: E731
+    return {"case": case.name, "gavel_policy": case.gavel, "ours_policy": case.ours,
+            "flags": list(case.flags), "metric": case.metric, "setup": setup_key(s),
+            "gavel": side(g), "ours": side(o), "commit": commit,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def read_results(path: Path) -> list[dict]:
+    """The file's records, oldest first (none if it does not exist yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def done(records: list[dict], case: Case, s: Setup) -> bool:
+    key = setup_key(s)
+    return any(r["case"] == case.name and r["setup"] == key for r in records)
+
+
+def render(records: list[dict]) -> str:
+    """The markdown table of the records: one row per case and setup (the latest), in CASES' order."""
+    latest: dict[tuple, dict] = {}
+    for r in records:
+        latest[(r["case"], json.dumps(r["setup"], sort_keys=True))] = r
+    order = {c.name: i for i, c in enumerate(CASES)}
+    by_name = {c.name: c for c in CASES}
+    lines = [HEADER]
+    for (name, _), r in sorted(latest.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
+                                                                 kv[0][1])):
+        case = by_name.get(name) or Case(name, r["gavel_policy"], r["ours_policy"],
+                                          tuple(r.get("flags", ())), r["metric"])
+        lines.append(row(case, _result(r["gavel"]), _result(r["ours"])))
+    return "\n".join(lines) + "\n"
+
+
+def our_commit() -> str:
+    """HEAD of ours, "+dirty" when slurm_gavel/ or bench/ has uncommitted changes."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--",
+                                   "slurm_gavel", "bench") else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gavel", required=True, type=Path, help="Gavel's scheduler/ folder")
-    parser.add_argument("--gavel-python", required=True, help="a Python with Gavel's requirements")
+    parser.add_argument("--gavel", type=Path, help="Gavel's scheduler/ folder")
+    parser.add_argument("--gavel-python", help="a Python with Gavel's requirements")
     parser.add_argument("--throughputs", type=Path, default=gavel_data("simulation_throughputs.json"))
     parser.add_argument("--rate", type=float, default=2.5, help="jobs per hour (default 2.5)")
     parser.add_argument("--window", default="200:300", help="job ids measured (default 200:300)")
@@ -255,8 +333,24 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cases", help="comma-separated case names or prefixes (default: all)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per simulator run")
-    parser.add_argument("--markdown", type=Path, help="append each row to FILE as it comes")
+    parser.add_argument("--markdown", type=Path,
+                        help="append each row to FILE as it comes (with --results: rewrite it whole)")
+    parser.add_argument("--results", type=Path,
+                        help="JSON lines, one per finished case; cases already there are skipped")
+    parser.add_argument("--render", action="store_true",
+                        help="write the --results file's table (to --markdown or stdout), run nothing")
     args, passthrough = parser.parse_known_args()
+    if args.render:
+        if not args.results:
+            parser.error("--render needs --results")
+        table = render(read_results(args.results))
+        if args.markdown:
+            args.markdown.write_text(table)
+        else:
+            print(table, end="")
+        return 0
+    if not args.gavel or not args.gavel_python:
+        parser.error("--gavel and --gavel-python are needed to run cases")
     first, end = (int(x) for x in args.window.split(":"))
     setup = Setup(args.gavel.resolve(), args.gavel_python, args.throughputs.resolve(), args.rate,
                   (first, end), args.static_jobs, args.seed, args.timeout, tuple(passthrough))
@@ -269,12 +363,16 @@ def main() -> int:
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}; rate {setup.rate} jobs/h, "
           f"window {first}:{end}, static {setup.static_jobs} jobs, seed {setup.seed}")
     print(HEADER, flush=True)
+    commit = our_commit()
     with tempfile.TemporaryDirectory(prefix="gavel-policies-") as tmp:
         prices = Path(tmp) / "prices"
         (prices / "aws" / "logs" / "us-east-1").mkdir(parents=True)
         (prices / "azure" / "logs").mkdir(parents=True)
         trace = None
         for case in wanted:
+            if args.results and done(read_results(args.results), case, setup):
+                print(f"| {case.name} | (in {args.results}: skipped) |", flush=True)
+                continue
             if case.slos and trace is None:
                 trace = Path(tmp) / "slo.trace"
                 slo_trace(setup, trace)
@@ -282,7 +380,13 @@ def main() -> int:
             o = run_ours(case, setup, trace if case.slos else None)
             line = row(case, g, o)
             print(line, flush=True)
-            if args.markdown:
+            if args.results:
+                args.results.parent.mkdir(parents=True, exist_ok=True)
+                with open(args.results, "a") as f:
+                    f.write(json.dumps(record(case, setup, g, o, commit)) + "\n")
+                if args.markdown:
+                    args.markdown.write_text(render(read_results(args.results)))
+            elif args.markdown:
                 with open(args.markdown, "a") as f:
                     f.write(line + "\n")
     return 0

@@ -4,6 +4,7 @@ from Gavel's log.  The simulators themselves are not run here."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import sys
 from itertools import islice
@@ -62,3 +63,60 @@ def test_window_cost_takes_each_window_jobs_last_cost(bench):
     ])
     assert bench.window_cost(log, (5, 7)) == pytest.approx(3.0)
     assert bench.window_cost(log, (10, 12)) != bench.window_cost(log, (10, 12))   # nan: no job seen
+
+
+def _setup(bench, tmp_path, rate=5.6):
+    return bench.Setup(tmp_path, "python", tmp_path / "simulation_throughputs.json", rate,
+                       (4000, 5000), 100, 0, 3600.0)
+
+
+def test_a_finished_case_is_one_json_line_and_is_skipped_after(bench, tmp_path):
+    case = next(c for c in bench.CASES if c.name == "min_cost_slo aware")
+    s = _setup(bench, tmp_path)
+    gavel = bench.Result(1234.5, 600.25, "", {"jct": 30.5, "slo_violations": 12.0})
+    ours = bench.Result(1200.0, 40.0, "ours: exit 1: boom", {"jct": float("nan"), "slo_violations": 9})
+    path = tmp_path / "results.jsonl"
+    with open(path, "a") as f:
+        f.write(json.dumps(bench.record(case, s, gavel, ours, "abc1234")) + "\n")
+    text = path.read_text()
+    assert len(text.splitlines()) == 1 and "NaN" not in text     # strict JSON: a missing figure is null
+    [r] = bench.read_results(path)
+    assert (r["case"], r["commit"], r["metric"]) == ("min_cost_slo aware", "abc1234", "cost")
+    assert r["gavel"]["value"] == 1234.5 and r["ours"]["wall"] == 40.0
+    assert r["ours"]["extra"]["jct"] is None and r["ours"]["note"] == "ours: exit 1: boom"
+    assert bench.done([r], case, s)
+    other = next(c for c in bench.CASES if c.name == "min_cost aware")
+    assert not bench.done([r], other, s)                       # another case
+    assert not bench.done([r], case, _setup(bench, tmp_path, rate=2.0))   # another load
+    assert bench.read_results(tmp_path / "absent.jsonl") == []
+
+
+def test_render_is_the_rows_of_the_latest_records_in_case_order(bench, tmp_path):
+    s = _setup(bench, tmp_path)
+    by_name = {c.name: c for c in bench.CASES}
+    las, fifo = by_name["las aware"], by_name["fifo aware"]
+    records = [
+        bench.record(las, s, bench.Result(29.0, 500.0), bench.Result(30.0, 20.0), "old"),
+        bench.record(las, s, bench.Result(29.42, 524.0), bench.Result(29.3, 25.0), "new"),
+        bench.record(fifo, s, bench.Result(109.13, 594.0), bench.Result(float("nan"), 1.0,
+                                                                         "ours over 3600 s"), "new"),
+    ]
+    records = [json.loads(json.dumps(r)) for r in records]     # as read back from the file
+    table = bench.render(records).splitlines()
+    assert table[:2] == bench.HEADER.splitlines()
+    assert len(table) == 4                                     # one row per case: the latest las
+    assert table[2].startswith("| fifo aware |")               # CASES' order, not the file's
+    assert "| 109.13 | nan |" in table[2] and "ours over 3600 s" in table[2]
+    assert table[3] == bench.row(las, bench.Result(29.42, 524.0), bench.Result(29.3, 25.0))
+
+
+def test_render_flag_writes_the_table_without_gavel(bench, tmp_path, monkeypatch):
+    s = _setup(bench, tmp_path)
+    case = bench.CASES[0]
+    results, markdown = tmp_path / "r.jsonl", tmp_path / "r.md"
+    results.write_text(json.dumps(bench.record(case, s, bench.Result(1.0, 2.0),
+                                               bench.Result(0.5, 1.0), "x")) + "\n")
+    monkeypatch.setattr(sys, "argv", ["gavel_policies.py", "--render", "--results", str(results),
+                                      "--markdown", str(markdown)])
+    assert bench.main() == 0
+    assert markdown.read_text() == bench.render(bench.read_results(results))
