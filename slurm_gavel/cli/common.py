@@ -18,11 +18,12 @@ import os
 import sqlite3
 import sys
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from ..core.errors import GavelError, InputError, UnknownPolicyError
-from ..daemon.integrity import lost_rounds, refusal
-from ..daemon.store import SqliteStore, StoreDamaged
+
+if TYPE_CHECKING:   # imported where a database is opened: commands without one skip sqlite_utils
+    from ..daemon.store import SqliteStore
 
 PROG = "slurm-gavel"
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -61,6 +62,9 @@ def reading(args, path: str | None = None) -> Iterator[SqliteStore]:
     when the block ends.  A damaged database, one whose -wal is gone, or one that lost
     rounds the daemon committed is a StoreError in words (as the daemon and doctor say it),
     never a traceback."""
+    from ..daemon.integrity import lost_rounds, refusal
+    from ..daemon.store import SqliteStore, StoreDamaged
+
     store = SqliteStore(path or database_path(args), readonly=True)
     try:
         lost = lost_rounds(store.path, store.db.conn)

@@ -12,6 +12,7 @@ database refused), 2 bad input or bad arguments (one line on stderr naming the f
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Sequence
@@ -28,16 +29,40 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# command -> the module of this folder whose register() adds it.  A command line names one
+# command, and only that module is imported: the others' imports (the database layer, the
+# Slurm driver) cost `simulate` about half a CPU second it does not need.
+COMMAND_MODULES = {"policies": "policy", "solve": "policy", "simulate": "simulate", "sweep": "simulate",
+                   "cluster": "cluster", "submit": "submit", "check-job": "checkjob", "run": "run",
+                   "throughputs": "throughputs", "release-all": "undo", "events": "events",
+                   "explain": "explain", "replay": "replay", "billing": "billing", "doctor": "doctor",
+                   "backup": "backup"}
+BUILTIN_COMMANDS = ("daemon", "queue")      # defined here
+# the order of `slurm-gavel --help`
+_ORDER = ("policy", "simulate", "daemon", "queue", "cluster", "submit", "checkjob", "run", "throughputs",
+          "undo", "events", "explain", "replay", "billing", "doctor", "backup")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only` (a command's name) just that command's part."""
     parser = _Parser(prog=PROG, description="Heterogeneity-aware GPU scheduling policies "
                                             "(Gavel, OSDI '20) for Slurm clusters.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    # the order of `slurm-gavel --help`
-    from . import (backup, billing, checkjob, cluster, doctor, events, explain, policy, replay,
-                   run, simulate, submit, throughputs, undo)
-    policy.register(commands)
-    simulate.register(commands)
+    wanted = set(_ORDER) if only is None else {COMMAND_MODULES.get(only, only)}
+    for step in _ORDER:
+        if step not in wanted:
+            continue
+        if step == "daemon":
+            _add_daemon(commands)
+        elif step == "queue":
+            _add_queue(commands)
+        else:
+            importlib.import_module(f"{__package__}.{step}").register(commands)
+    return parser
+
+
+def _add_daemon(commands) -> None:
     daemon = commands.add_parser(
         "daemon", help="schedule a Slurm cluster (runs in the foreground; systemd starts it)",
         description="Read the Slurm queue, solve the policy, and start, keep or preempt gavel "
@@ -54,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "saved plan")
     daemon.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     daemon.set_defaults(handler=cmd_daemon)
+
+
+def _add_queue(commands) -> None:
     from .queue import add_arguments
     queue = commands.add_parser(
         "queue", help="the scheduler's view of the jobs (also installed as gqueue)",
@@ -61,19 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "type, priority, rounds, and why it waits. Reads the daemon's database.")
     add_arguments(queue)
     queue.set_defaults(handler=cmd_queue)
-    cluster.register(commands)
-    submit.register(commands)
-    checkjob.register(commands)
-    run.register(commands)
-    throughputs.register(commands)
-    undo.register(commands)
-    events.register(commands)
-    explain.register(commands)
-    replay.register(commands)
-    billing.register(commands)
-    doctor.register(commands)
-    backup.register(commands)
-    return parser
 
 
 def cmd_daemon(args) -> int:
@@ -93,7 +108,10 @@ def cmd_queue(args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # a known command alone; anything else (--help, --version, a typo) sees every command
+    parser = build_parser(only=argv[0] if argv and (argv[0] in COMMAND_MODULES
+                                                    or argv[0] in BUILTIN_COMMANDS) else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as done:  # --help, --version, usage errors
