@@ -18,7 +18,9 @@ round, the round's work and the ticks after the round before it:
   timeouts: commands that timed out (from the daemon's log);
 * RPCs, ctld s: slurmctld's RPC count and its time spent on them (`sdiag`, all message types),
   and the update RPCs (REQUEST_UPDATE_JOB: starts, releases, holds, statuses);
-* busy: the share of the cluster's GPUs running jobs (gavel and plain) at the round's poll.
+* busy: the share of the cluster's GPUs running jobs (gavel and plain) at the round's poll;
+* parsed: the job records the round's poll parsed again (`SlurmBackend.reconciled`: new or
+  changed since the poll before; the others are kept as parsed).
 
 Targets (issue 25): a round's enforce for 1,000 changes under 10 s, no command timeout, GPUs
 full within 2 rounds of the start.  Needs root, Slurm and MUNGE, and memory for the slurmd
@@ -161,7 +163,7 @@ def run(cluster: DevCluster, tmp: Path, types, args) -> None:
 
     header = (f"{'round':>5} {'wall s':>7} {'look':>5} {'read':>6} {'reconc':>6} {'solve':>6} {'plan':>5} "
               f"{'enforce':>7} {'record':>6} {'status':>6} {'started':>7} {'preempt':>7} "
-              f"{'calls':>5} {'tmo':>3} {'RPCs':>6} {'ctld s':>6} {'upd RPCs':>8} {'busy':>5}")
+              f"{'calls':>5} {'tmo':>3} {'RPCs':>6} {'ctld s':>6} {'upd RPCs':>8} {'busy':>5} {'parsed':>6}")
     print(header, flush=True)
     last = {"t": time.perf_counter(), "calls": 0, "rpcs": rpcs(cluster), "timeouts": 0,
             "solve": daemon.engine.allocator.solve_seconds}
@@ -185,7 +187,8 @@ def run(cluster: DevCluster, tmp: Path, types, args) -> None:
               f"{spent.get('record', 0.0):6.2f} {spent.get('status', 0.0):6.2f} "
               f"{len(plan.start):7d} {len(plan.preempt):7d} {calls - last['calls']:5d} "
               f"{timeouts.count - last['timeouts']:3d} {count:6d} {micros / 1e6:6.2f} "
-              f"{updates:8d} {'-' if busy['share'] != busy['share'] else format(busy['share'], '.0%'):>5}",
+              f"{updates:8d} {'-' if busy['share'] != busy['share'] else format(busy['share'], '.0%'):>5} "
+              f"{getattr(backend, 'reconciled', -1):6d}",
               flush=True)
         last.update(t=now, calls=calls, rpcs=seen, timeouts=timeouts.count, solve=solve)
     daemon.metrics.round = on_round

@@ -3,7 +3,10 @@
 Reading (`poll`): one `squeue --json` and one `scontrol show nodes --json` per poll (the
 daemon polls at each round, and at a tick between rounds when a cheap look at the jobs'
 states says something it acts on changed: looks.py), kept as one immutable
-`Snapshot` (snapshot.py).  Gavel jobs are those whose AdminComment the job_submit plugin
+`Snapshot` (snapshot.py).  The poll is incremental: a job record whose fields did not change
+since the last poll is not parsed again (records.JobReader; `reconciled` counts those that
+were), and a job's flags and verdicts are kept until its record or the nodes change
+(verdicts.py).  Gavel jobs are those whose AdminComment the job_submit plugin
 marked (``gavel:v1 ...``); every other job's GPUs are simply unavailable to the scheduler.
 
 Acting (`execute`): keep: nothing at all (the lease is renewed; the job never notices);
