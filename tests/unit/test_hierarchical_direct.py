@@ -1,0 +1,128 @@
+"""Water filling on one HiGHS model (policies/filling.py) against the cvxpy route.
+
+The direct route must give every job the normalized throughput the cvxpy route
+gives it (within 1e-6) on small random inputs: several entities, fairness and
+FIFO entity policies, entity and job weights, scale factors > 1, identical jobs
+(classes), space-sharing pair rows; and compile nothing through cvxpy.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from slurm_gavel.policies import filling
+from slurm_gavel.policies.hierarchical import Hierarchical
+
+from tests.support.inputs import assert_feasible, make_input
+
+
+def routes():
+    fast, slow = Hierarchical(), Hierarchical()
+    slow.use_direct = False
+    return fast, slow
+
+
+def hierarchical_input(rng, n, k, pairs=0, duplicates=0, tight=True):
+    """Random jobs of three entities (one FIFO), `duplicates` of them copies of others."""
+    t = rng.uniform(0.5, 10.0, size=(n, k))
+    t[rng.random((n, k)) < 0.2] = 0.0
+    t[np.arange(n), rng.integers(0, k, n)] = rng.uniform(0.5, 10.0, n)
+    sf = rng.choice([1, 1, 2], size=n)
+    weights = rng.choice([1.0, 1.0, 2.0], size=n)
+    entities = list(rng.choice(["alice", "bob", "carol"], size=n))
+    for i in range(min(duplicates, n - 1)):      # job i + 1 made a copy of job i
+        t[i + 1], sf[i + 1], weights[i + 1], entities[i + 1] = t[i], sf[i], weights[i], entities[i]
+    counts = rng.integers(1, 4, size=k).astype(float) if tight else np.full(k, 2.0 * n)
+    counts = np.maximum(counts, 2.0)
+    fields = dict(scale_factors=sf, weights=weights, entities=tuple(entities),
+                  entity_weights={"alice": 1.0, "bob": float(rng.choice([0.5, 2.0])), "carol": 1.5},
+                  entity_policies={"bob": "fifo"},
+                  time_since_arrival=rng.permutation(n).astype(float) * 10.0)
+    if pairs:
+        a, b = np.triu_indices(n, k=1)
+        same = np.flatnonzero(sf[a] == sf[b])
+        pick = np.sort(rng.choice(same, size=min(pairs, len(same)), replace=False))
+        pj = np.stack([a[pick], b[pick]], axis=1).reshape(-1, 2)
+        pt = np.transpose(t[pj], (0, 2, 1)) * rng.uniform(0.5, 0.9, size=(len(pj), k, 2))
+        fields.update(pair_jobs=pj, pair_throughputs=pt)
+    return make_input(t, counts, **fields)
+
+
+def normalized(alloc, inp):
+    return alloc.effective_throughputs(inp) / inp.isolated_throughputs()
+
+
+def check(inp):
+    fast, slow = routes()
+    a, b = fast.allocate(inp), slow.allocate(inp)
+    assert not fast._cache._entries, "the direct route compiles nothing"
+    assert slow._cache._entries
+    assert_feasible(a, inp)
+    np.testing.assert_allclose(normalized(a, inp), normalized(b, inp), atol=1e-6)
+    assert a.objective == pytest.approx(b.objective, abs=1e-6)
+    return a, b
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_same_normalized_throughputs_as_the_cvxpy_route(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(3, 14)), int(rng.integers(1, 4))
+    check(hierarchical_input(rng, n, k, duplicates=seed % 3))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_same_with_pair_rows(seed):
+    rng = np.random.default_rng(100 + seed)
+    n, k = int(rng.integers(3, 10)), int(rng.integers(1, 4))
+    check(hierarchical_input(rng, n, k, pairs=int(rng.integers(1, 8))))
+
+
+def test_identical_jobs_share_a_row():
+    """Twenty copies of two kinds of job: the model has a row per kind, the answer is the same."""
+    rng = np.random.default_rng(7)
+    t = np.repeat(rng.uniform(1, 5, (2, 3)), 10, axis=0)
+    inp = make_input(t, [3.0, 4.0, 2.0], entities=("u",) * 10 + ("v",) * 10,
+                     entity_weights={"u": 1.0, "v": 3.0})
+    a, _ = check(inp)
+    assert a.info["rows"] == 2
+
+
+def test_every_job_on_its_fastest_type_needs_no_lp():
+    """Enough GPUs of each job's best type for all: that allocation is the optimum, no LP solved."""
+    rng = np.random.default_rng(3)
+    inp = hierarchical_input(rng, 8, 3, tight=False)
+    a, _ = check(inp)
+    assert a.info["shortcut"] and a.info["lps"] == 0
+    best = inp.solo_throughputs.argmax(axis=1)
+    np.testing.assert_allclose(a.x[np.arange(8), best], 1.0)
+
+
+def test_shortcut_with_pair_rows_slower_than_solo():
+    rng = np.random.default_rng(4)
+    check(hierarchical_input(rng, 6, 2, pairs=4, tight=False))
+
+
+def test_duals_spare_certificate_lps():
+    """Most iterations need at most one probe: the fill's duals certify the bottlenecks."""
+    rng = np.random.default_rng(11)
+    inp = hierarchical_input(rng, 12, 3)
+    a, _ = check(inp)
+    assert a.info["lps"] <= 2 * len(a.info["iterations"]) + 1
+
+
+@pytest.fixture
+def failing_highs(monkeypatch):
+    """The direct route's HiGHS stops before optimality (an iteration limit of 0)."""
+    monkeypatch.setattr(filling, "OPTIONS", {**filling.OPTIONS, "simplex_iteration_limit": 0})
+    monkeypatch.setattr(filling, "_local", threading.local())
+
+
+def test_a_failed_direct_solve_falls_back_to_cvxpy(failing_highs):
+    rng = np.random.default_rng(5)
+    inp = hierarchical_input(rng, 8, 3)
+    fast, slow = routes()
+    a, b = fast.allocate(inp), slow.allocate(inp)
+    assert fast._cache._entries          # solved by the cvxpy route
+    np.testing.assert_allclose(normalized(a, inp), normalized(b, inp), atol=1e-6)
