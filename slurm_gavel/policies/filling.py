@@ -126,6 +126,18 @@ def shortcut(inp, rate: np.ndarray, shared: np.ndarray) -> np.ndarray | None:
     return x
 
 
+def _shortcut_filled(x: np.ndarray, k: int) -> Filled:
+    return Filled(x, np.zeros((0, 2), dtype=np.int64), np.zeros((0, k)),
+                  {"iterations": [], "pareto_tolerance": 0.0, "shortcut": True, "lps": 0, "rows": 0})
+
+
+def shortcut_only(inp) -> Filled | None:
+    """The shortcut's answer for `inp`, or None where it does not hold."""
+    rates = normalized_rates(inp)
+    x = None if rates is None else shortcut(inp, rates[1], rates[2])
+    return None if x is None else _shortcut_filled(x, inp.n_types)
+
+
 def _class_key(inp) -> np.ndarray:
     """(n,) a number per job that only jobs always given the same weight share."""
     codes = {e: float(i) for i, e in enumerate(dict.fromkeys(inp.entities))}
@@ -272,9 +284,7 @@ def water_fill(inp, job_weights, use_shortcut: bool = True) -> Filled | None:
     iso, rate, shared = rates
     x = shortcut(inp, rate, shared) if use_shortcut else None
     if x is not None:
-        return Filled(x, np.zeros((0, 2), dtype=np.int64), np.zeros((0, k)),
-                      {"iterations": [], "pareto_tolerance": 0.0, "shortcut": True, "lps": 0,
-                       "rows": 0})
+        return _shortcut_filled(x, k)
     classes = find_classes(inp, [_class_key(inp), inp.weights, iso])
     if classes is None:
         labels, reps, mult = np.arange(n), np.arange(n), np.ones(n)

@@ -234,6 +234,18 @@ class Hierarchical:
             remaining &= ~up
         return remaining, (first if first is not None else np.zeros_like(floor)), residual
 
+    def before_pruning(self, inp: PolicyInput) -> Allocation | None:
+        """The shortcut's answer on every pair (`WithPairs` asks before pruning pairs), or None.
+
+        Fewer pairs only lower each job's bound, so where the shortcut holds
+        with every pair it holds with the pruned ones, with the same X.
+        """
+        if not (self.use_direct and self.use_shortcut and inp.n_jobs and filling.available()):
+            return None
+        started = time.perf_counter()
+        filled = filling.shortcut_only(inp)
+        return None if filled is None else self._direct(inp, filled, started)
+
     def _direct(self, inp: PolicyInput, filled, started: float) -> Allocation:
         """The Allocation of filling.py's answer."""
         alloc = Allocation(inp.job_ids, inp.worker_types, filled.x, self.name,

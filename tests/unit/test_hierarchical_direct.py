@@ -143,3 +143,23 @@ def test_a_failed_direct_solve_falls_back_to_cvxpy(failing_highs):
     a, b = fast.allocate(inp), slow.allocate(inp)
     assert fast._cache._entries          # solved by the cvxpy route
     np.testing.assert_allclose(normalized(a, inp), normalized(b, inp), atol=1e-6)
+
+
+def test_space_sharing_takes_the_shortcut_before_pruning_pairs(monkeypatch):
+    """Through `WithPairs` (--space-sharing) the shortcut is tried on every pair, before pruning."""
+    from slurm_gavel.policies import make_policy, space_sharing
+
+    rng = np.random.default_rng(4)
+    inp = hierarchical_input(rng, 6, 2, pairs=6, tight=False)
+    pruned = []
+    real = space_sharing.prune_pairs
+    monkeypatch.setattr(space_sharing, "prune_pairs", lambda *a, **kw: pruned.append(1) or real(*a, **kw))
+    alloc = make_policy("hierarchical", space_sharing=True).allocate(inp)
+    assert alloc.info["shortcut"] and not pruned
+    reference = Hierarchical()
+    reference.use_direct = False
+    np.testing.assert_allclose(normalized(alloc, inp), normalized(reference.allocate(inp), inp), atol=1e-6)
+    # where it does not hold, pairs are pruned and filled as before
+    tight = hierarchical_input(np.random.default_rng(6), 8, 1, pairs=6)
+    assert not make_policy("hierarchical", space_sharing=True).allocate(tight).info["shortcut"]
+    assert pruned
