@@ -71,6 +71,15 @@ noise ever leaves an iteration with no job frozen, the active jobs with the
 least room are frozen and ``info["uncertified_bottlenecks"]`` counts it (not
 seen in tests).
 
+Routes.  By default (`use_direct`) filling.py does all of this on one HiGHS
+model per allocation, warm-started from LP to LP, with identical jobs as one
+row, bottlenecks certified by the fill's duals where they can be, floors at
+the levels instead of a settle LP, and no LP at all where every job can have
+its fastest type at once (`use_shortcut`; `before_pruning` answers so for
+space sharing before any pair is pruned).  What follows is the cvxpy route:
+the fallback when HiGHS does not reach an optimum, and the reference the
+tests compare the direct route with (tests/unit/test_hierarchical_direct.py).
+
 LPs: HiGHS dual simplex with 100x tighter tolerances (the floors leave these
 LPs without an interior, which interior-point methods misreport as
 infeasible), then HiGHS IPM, then Clarabel.  Cost per iteration: fill, settle

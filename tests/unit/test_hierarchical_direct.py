@@ -163,3 +163,12 @@ def test_space_sharing_takes_the_shortcut_before_pruning_pairs(monkeypatch):
     tight = hierarchical_input(np.random.default_rng(6), 8, 1, pairs=6)
     assert not make_policy("hierarchical", space_sharing=True).allocate(tight).info["shortcut"]
     assert pruned
+
+
+def test_two_identical_jobs_sharing_unequally_are_not_one_class():
+    """A class of two has one pair between them: with unequal sides it cannot be one row (symmetry.py)."""
+    t = np.array([[2.0], [2.0], [1.0]])
+    inp = make_input(t, [1.0], pair_jobs=np.array([[0, 1]]),
+                     pair_throughputs=np.array([[[1.8, 0.9]]]))
+    a, _ = check(inp)
+    assert a.info["rows"] == 3
