@@ -121,12 +121,35 @@ def shortcut(inp, rate: np.ndarray, shared: np.ndarray) -> np.ndarray | None:
         np.maximum.at(bound, inp.pair_jobs[:, 1], shared[:, :, 1].max(axis=1))
         if (bound > top).any():
             return None
-    used = np.bincount(best, weights=inp.scale_factors.astype(float), minlength=k)
+    sf = inp.scale_factors.astype(float)
+    used = np.bincount(best, weights=sf, minlength=k)
     if (used > inp.counts).any():
-        return None
+        best = _spread(rate >= top[:, None] * (1 - 1e-12), sf, inp.counts)
+        if best is None:
+            return None
     x = np.zeros((n, k))
     x[np.arange(n), best] = 1.0
     return x
+
+
+def _spread(tied: np.ndarray, sf: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+    """A best type for each job among its tied ones (n, k) that fits the GPUs, or None if none found.
+
+    Where jobs run as fast on several types (a type-blind input: all of them),
+    any such choice is the shortcut's answer.  Greedy, the jobs with the fewest
+    choices first, each to its choice with the most GPUs left: what it finds
+    is an answer; what it misses goes to the LPs.
+    """
+    left = counts.astype(float).copy()
+    best = np.empty(len(sf), dtype=np.int64)
+    for m in np.argsort(tied.sum(axis=1), kind="stable"):
+        options = np.flatnonzero(tied[m] & (left >= sf[m]))
+        if not options.size:
+            return None
+        j = options[np.argmax(left[options])]
+        left[j] -= sf[m]
+        best[m] = j
+    return best
 
 
 def _shortcut_filled(x: np.ndarray, k: int) -> Filled:

@@ -172,3 +172,13 @@ def test_two_identical_jobs_sharing_unequally_are_not_one_class():
                      pair_throughputs=np.array([[[1.8, 0.9]]]))
     a, _ = check(inp)
     assert a.info["rows"] == 3
+
+
+def test_shortcut_spreads_jobs_over_types_they_run_as_fast_on():
+    """Type-blind speeds (--agnostic): no one type has GPUs for all, but jobs fit over the tied types."""
+    t = np.array([[3.0, 3.0, 1.0], [2.0, 2.0, 2.0], [5.0, 5.0, 0.0], [1.0, 1.0, 1.0], [4.0, 1.0, 1.0]])
+    inp = make_input(t, [2.0, 2.0, 1.0])
+    a, _ = check(inp)
+    assert a.info["shortcut"]
+    best = np.isclose(t, t.max(axis=1, keepdims=True))
+    assert (a.x[~best] == 0).all() and np.allclose(a.x.sum(axis=1), 1.0)
