@@ -268,11 +268,33 @@ class _Model:
             return None
         return np.where(candidates, np.asarray(h.getSolution().col_value)[self.s0:], 0.0)
 
+    def tidy(self, floor, gpu_cost) -> bool:
+        """min sum gpu_cost . (X, Z) s.t. n >= floor - SLACK: among the X that give every job
+        its level, the one using least (perturbed) GPU time.  Whether HiGHS reached an optimum."""
+        h = self.h
+        self._floors(floor)
+        h.changeColBounds(self.d, 0.0, 0.0)
+        h.changeColsBounds(self.c, self.slacks, np.zeros(self.c), np.zeros(self.c))
+        cost = np.zeros(self.s0 + self.c)
+        cost[:self.d] = -gpu_cost / gpu_cost.max()
+        h.changeColsCost(len(cost), np.arange(len(cost), dtype=np.int32), cost)
+        return self._run()
+
     def solution(self) -> tuple[np.ndarray, np.ndarray]:
         """The last LP's X (c, k) and Z (q, k)."""
         col = np.asarray(self.h.getSolution().col_value)
         nx = self.c * self.k
         return col[:nx].reshape(self.c, self.k), col[nx:self.d].reshape(self.q, self.k)
+
+
+def _gpu_cost(sf: np.ndarray, mult: np.ndarray, pairs: np.ndarray, k: int) -> np.ndarray:
+    """GPUs per unit of each X then Z column (a row's multiplicity included), each
+    perturbed by up to TIE_BREAK (relative) so that the least-GPU X is one vertex."""
+    from .lp import TIE_BREAK, tie_break
+    c, q = len(sf), len(pairs)
+    per_unit = np.concatenate([np.repeat(mult * sf, k),
+                               np.repeat(sf[pairs[:, 0]].astype(float), k) if q else np.zeros(0)])
+    return per_unit * (1.0 + TIE_BREAK * tie_break(c + q, k).ravel())
 
 
 def _bottlenecked(model: _Model, floor, candidates):
@@ -367,7 +389,17 @@ def water_fill(inp, job_weights, use_shortcut: bool = True) -> Filled | None:
             "normalized_throughputs": [float(v) for v in floor[labels]],
             "bottlenecked": [inp.job_ids[i] for i in np.flatnonzero(stuck[labels])],
         })
-    y_x, z = model.solution()
+    # The last LP's X gives every job its level, but which of the many such X it is
+    # depends on the path the simplex took; a round's X is what the mechanism
+    # places, and one that jumps between equal answers from solve to solve makes
+    # jobs move for nothing.  So the X kept is the one using least GPU time, ties
+    # broken by lp.py's fixed perturbation (the same X for the same input).
+    last = model.solution()
+    if not model.tidy(floor, _gpu_cost(inp.scale_factors[reps].astype(float), mult, pairs, k)):
+        model_x = last
+    else:
+        model_x = model.solution()
+    y_x, z = model_x
     y_x = np.clip(y_x, 0.0, inp.feasible[reps])
     z = np.clip(z, 0.0, pair_cap) if len(z) else z
     if classes is None:
