@@ -41,6 +41,12 @@ route: fill, settle, two probes).  The duals are trusted only where
 y_c >= DUAL_FLOOR * sum(y) (a solver's dual error over a tiny y_c would bound
 nothing).
 
+The X kept.  Once every job is bottlenecked, every X of the last LP gives
+each job its level, and which one the simplex returns depends on its path.  A
+last LP (`tidy`) keeps the one using least GPU time, ties broken by lp.py's
+fixed perturbation: the mechanism places X each round, and an X alternating
+between equal answers moves jobs for nothing.
+
 The shortcut.  A job's normalized throughput can never exceed its best solo
 entry (time <= 1), nor its best pair entry.  When every job's best solo type
 has GPUs for every job that wants it and no pair entry beats a job's best solo
