@@ -34,8 +34,7 @@ polytope, sum_c y_c (n_c(X) - floor_c + SLACK) <= d*, that is
 sum_c y_c (n_c(X) - f_c) <= -SLACK sum_c y_c with f the new floors.  An X that
 keeps every job at f - SLACK or more has each term >= -SLACK y_c, so a job with
 y_c > 0 gets y_c (n_c - f_c) <= -SLACK y_c: it cannot rise at all, and needs
-no probe.  Only the
-others are probed; usually they all rise in the first probe, which ends the
+no probe.  Only the others are probed; usually they all rise in the first probe, which ends the
 iteration, so an iteration costs one fill and at most one probe (the cvxpy
 route: fill, settle, two probes).  The duals are trusted only where
 y_c >= DUAL_FLOOR * sum(y) (a solver's dual error over a tiny y_c would bound
@@ -51,8 +50,9 @@ The shortcut.  A job's normalized throughput can never exceed its best solo
 entry (time <= 1), nor its best pair entry.  When every job's best solo type
 has GPUs for every job that wants it and no pair entry beats a job's best solo
 one, giving each job its best type is the water-filling optimum (every job at
-its bound, the only Pareto-efficient point): no LP at all.  Lightly loaded
-clusters are there every round.
+its bound, the only Pareto-efficient point): no LP at all.  Where a job runs as
+fast on several types (every type, to a type-blind policy), any of them will
+do (`_spread`).  Lightly loaded clusters are there every round.
 
 Any status other than optimal returns None: the caller takes the cvxpy route.
 """
