@@ -71,6 +71,15 @@ noise ever leaves an iteration with no job frozen, the active jobs with the
 least room are frozen and ``info["uncertified_bottlenecks"]`` counts it (not
 seen in tests).
 
+Routes.  By default (`use_direct`) filling.py does all of this on one HiGHS
+model per allocation, warm-started from LP to LP, with identical jobs as one
+row, bottlenecks certified by the fill's duals where they can be, floors at
+the levels instead of a settle LP, and no LP at all where every job can have
+its fastest type at once (`use_shortcut`; `before_pruning` answers so for
+space sharing before any pair is pruned).  What follows is the cvxpy route:
+the fallback when HiGHS does not reach an optimum, and the reference the
+tests compare the direct route with (tests/unit/test_hierarchical_direct.py).
+
 LPs: HiGHS dual simplex with 100x tighter tolerances (the floors leave these
 LPs without an interior, which interior-point methods misreport as
 infeasible), then HiGHS IPM, then Clarabel.  Cost per iteration: fill, settle
@@ -105,6 +114,7 @@ import numpy as np
 from .lazy import cvxpy as cp
 from ..core.errors import SolverError
 from ..core.model import Allocation, PolicyInput
+from . import filling
 from .program import AllocationProgram, repair, structure_key
 from .solver import CLARABEL, ProgramCache, solve
 
@@ -162,6 +172,8 @@ class Hierarchical:
                "within each, by water filling")
     supports_space_sharing = True
     solvers = SOLVERS
+    use_direct = True    # water filling on one HiGHS model (filling.py); False: the cvxpy route
+    use_shortcut = True  # the direct route skips the LPs where every job can have its best type
 
     def __init__(self):
         self._cache = ProgramCache()
@@ -231,6 +243,29 @@ class Hierarchical:
             remaining &= ~up
         return remaining, (first if first is not None else np.zeros_like(floor)), residual
 
+    def before_pruning(self, inp: PolicyInput) -> Allocation | None:
+        """The shortcut's answer on every pair (`WithPairs` asks before pruning pairs), or None.
+
+        Fewer pairs only lower each job's bound, so where the shortcut holds
+        with every pair it holds with the pruned ones, with the same X.
+        """
+        if not (self.use_direct and self.use_shortcut and inp.n_jobs and filling.available()):
+            return None
+        started = time.perf_counter()
+        filled = filling.shortcut_only(inp)
+        return None if filled is None else self._direct(inp, filled, started)
+
+    def _direct(self, inp: PolicyInput, filled, started: float) -> Allocation:
+        """The Allocation of filling.py's answer."""
+        alloc = Allocation(inp.job_ids, inp.worker_types, filled.x, self.name,
+                           pair_jobs=filled.pair_jobs, x_pairs=filled.x_pairs)
+        final = alloc.effective_throughputs(inp) / inp.isolated_throughputs()
+        initial = self.job_weights(inp, np.zeros(inp.n_jobs, dtype=bool)) > 0
+        return Allocation(inp.job_ids, inp.worker_types, filled.x, self.name,
+                          objective=float(final[initial].min()),
+                          solve_seconds=time.perf_counter() - started,
+                          pair_jobs=filled.pair_jobs, x_pairs=filled.x_pairs, info=filled.info)
+
     def _solve(self, problem: cp.Problem, what: str) -> float:
         return solve(problem, self.solvers, f"{self.name} ({what})")
 
@@ -239,6 +274,10 @@ class Hierarchical:
         n = inp.n_jobs
         if n == 0:
             return Allocation(inp.job_ids, inp.worker_types, np.zeros((0, inp.n_types)), self.name)
+        if self.use_direct and filling.available():
+            filled = filling.water_fill(inp, self.job_weights, self.use_shortcut)
+            if filled is not None:
+                return self._direct(inp, filled, started)
         c = self._cache.get(structure_key(inp), lambda: self._build(inp))
         program = c.program
         program.set_numbers(inp)

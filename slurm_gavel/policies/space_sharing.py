@@ -87,4 +87,12 @@ class WithPairs:
         self.supports_space_sharing = True
 
     def allocate(self, inp: PolicyInput) -> Allocation:
+        # A policy may know its answer before any pruning (`before_pruning`: the
+        # hierarchical policy when every job can have its best type): pruning
+        # every pair costs more than such an answer.
+        quick = getattr(self.policy, "before_pruning", None)
+        if quick is not None and self.per_job is not None:
+            alloc = quick(inp)
+            if alloc is not None:
+                return alloc
         return self.policy.allocate(inp if self.per_job is None else prune_pairs(inp, self.per_job))

@@ -94,7 +94,10 @@ def _with_pairs(inp, labels, representatives, sizes) -> Classes | None:
     # Within one class the two sides may come in either order.
     consistent = np.isclose(shared, reference, rtol=1e-12, atol=0).all(axis=(1, 2))
     swapped = np.isclose(shared[:, :, ::-1], reference, rtol=1e-12, atol=0).all(axis=(1, 2))
-    if not (consistent | (same_class & swapped)).all():
+    # A class of two jobs has one pair between them, which `expand` cannot
+    # spread over both orders: its two sides must get the same numbers.
+    lone = same_class & (sizes[lo] == 2) & ~swapped
+    if not (consistent | (same_class & swapped)).all() or lone.any():
         return None
     qa, qb = uniq // c, uniq % c
     expected = np.where(qa == qb, sizes[qa] * (sizes[qa] - 1) // 2, sizes[qa] * sizes[qb])

@@ -84,7 +84,9 @@ def test_seed_example_weights_3_1_1_1(layout):
     else:
         inp = homogeneous(4, 4, entities=("e0", "e1", "e2", "e3"),
                           entity_weights={"e0": 3.0, "e1": 1.0, "e2": 1.0, "e3": 1.0})
-    alloc = Hierarchical().allocate(inp)
+    policy = Hierarchical()
+    policy.use_shortcut = False     # (with it, no iteration is needed: the last check below)
+    alloc = policy.allocate(inp)
     # Iteration 1 is weighted max-min fairness: job 1 hits one full GPU, the
     # others get a third of it each; job 1 is the bottleneck.
     np.testing.assert_allclose(first_iteration(alloc), [1.0, 1 / 3, 1 / 3, 1 / 3], atol=1e-6)
@@ -94,6 +96,10 @@ def test_seed_example_weights_3_1_1_1(layout):
     np.testing.assert_allclose(alloc.x.sum(axis=1), 1.0, atol=1e-6)
     np.testing.assert_allclose(alloc.effective_throughputs(inp), 1.0, atol=1e-6)
     assert alloc.objective == pytest.approx(1.0, abs=1e-6)
+    # Every job can have a full GPU at once: the shortcut gives that answer without an LP.
+    quick = Hierarchical().allocate(inp)
+    assert quick.info["shortcut"] and quick.info["lps"] == 0
+    np.testing.assert_allclose(quick.x, alloc.x, atol=1e-6)
 
 
 # -- (2) FIFO entity ----------------------------------------------------------------
