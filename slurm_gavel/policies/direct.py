@@ -111,7 +111,8 @@ def _have_highspy() -> bool:
 class Solution:
     value: float        # the objective, in the policy's units
     x: np.ndarray       # (n, k)
-    pairs: np.ndarray | None = None     # (P, k) pair rows' X (max_min_pairs)
+    pairs: np.ndarray | None = None     # (P, k) pair rows' X (max_min_pairs, direct_pairs.py)
+    rounds: int = 0                     # HiGHS solves of a priced LP (direct_pairs.py)
 
 
 def _power_of_two_scale(values: np.ndarray) -> float:
