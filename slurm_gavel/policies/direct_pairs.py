@@ -96,16 +96,21 @@ class ColumnGeneration:
         for _ in range(max_rounds):
             h.run()
             self.rounds += 1
-            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-                return False
-            y = np.asarray(h.getSolution().row_dual)
             outside = np.flatnonzero(self.priced & ~self.inside)
-            if not len(outside):
+            status = h.getModelStatus()
+            if status == highspy.HighsModelStatus.kInfeasible and len(outside):
+                # the columns in are not enough for a floor: every column in (no duals to price on)
+                enter = outside
+            elif status != highspy.HighsModelStatus.kOptimal:
+                return False
+            elif not len(outside):
                 return True
-            reduced = self.cost[outside] - self._rows_of[outside] @ y
-            enter = outside[reduced > TOLERANCE]
-            if not len(enter):
-                return True
+            else:
+                y = np.asarray(h.getSolution().row_dual)
+                reduced = self.cost[outside] - self._rows_of[outside] @ y
+                enter = outside[reduced > TOLERANCE]
+                if not len(enter):
+                    return True
             sub = self.matrix[:, enter]
             h.addCols(len(enter), self.cost[enter], self.col_lower[enter], self.col_upper[enter],
                       sub.nnz, sub.indptr[:-1].astype(np.int32), sub.indices.astype(np.int32),
@@ -191,7 +196,8 @@ class MaxMinModel:
     """
 
     def __init__(self, rate, pair_rate, bound, feasible, counts, multiplicity, scale_factors,
-                 pairs: Pairs, t_lower: float | None = None, cost: np.ndarray | None = None):
+                 pairs: Pairs, t_lower: float | None = None, cost: np.ndarray | None = None,
+                 start: np.ndarray | None = None):
         import highspy
         n, k = rate.shape
         P = len(pairs.rows)
@@ -216,8 +222,12 @@ class MaxMinModel:
         row_upper = np.concatenate([np.zeros(n), np.ones(n), counts.astype(float)])
         priced = np.zeros(t + 1, dtype=bool)
         priced[nk:t] = True
+        first = None
+        if start is not None:       # (P, k) pair columns in the first model
+            first = np.zeros(t + 1, dtype=bool)
+            first[nk:t] = np.asarray(start, dtype=bool).ravel()
         self.lp = ColumnGeneration(matrix, cost, col_lower, col_upper, np.full(2 * n + k, -highspy.kHighsInf),
-                                   row_upper, priced)
+                                   row_upper, priced, first)
         self.t = t
 
     def split(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -261,11 +271,13 @@ def max_min_priced(coef, solo, feasible, counts, multiplicity, scale_factors, pa
 
 
 def level(pairs: Pairs, rate, bound, feasible, counts, multiplicity, scale_factors, coef_of_speed,
-          floor=None, second=None, second_pairs=None):
+          floor=None, second=None, second_pairs=None, start=None):
     """direct._level with pair rows: (t, X, Z) or None.
 
     `coef_of_speed` (n,): the factor that turns a job's speedup into its row's rate
     (rate = coef_of_speed * speed), applied to the pair speeds `pairs.shared` too.
+    `start` (P, k bool): the pair columns to begin with (a floor may need them: the
+    Pareto stage begins with those of the primary optimum's X, which meets it).
     """
     n, k = rate.shape
     pair_rate = pair_rates(coef_of_speed, pairs, multiplicity)
@@ -274,7 +286,7 @@ def level(pairs: Pairs, rate, bound, feasible, counts, multiplicity, scale_facto
         gain = np.concatenate([second.ravel(), second_pairs.ravel(), [0.0]])
         cost = gain * direct._power_of_two_scale(gain)
     model = MaxMinModel(rate, pair_rate, bound, feasible, counts, multiplicity, scale_factors,
-                        pairs, t_lower=floor, cost=cost)
+                        pairs, t_lower=floor, cost=cost, start=start)
     if not model.lp.run():
         return None
     x, z = model.split(model.lp.values())

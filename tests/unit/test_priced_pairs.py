@@ -74,3 +74,21 @@ def test_max_min_fairness_with_pairs_same_pareto_sum(seed):
     weight = lp.pareto_weights(inp, lp.coefficients(inp))
     assert (weight * a.effective_throughputs(inp)).sum() == pytest.approx(
         (weight * b.effective_throughputs(inp)).sum(), rel=1e-5)
+
+
+def ftf_rho(inp, alloc) -> float:
+    params = inner(make_policy("finish_time_fairness")).parameters(inp)
+    speedup = params["inv_isolated"] * alloc.effective_throughputs(inp)
+    return float((params["fixed"] + np.divide(params["scaled"], speedup, out=np.full(len(speedup), np.inf),
+                                              where=speedup > 0)).max())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_finish_time_fairness_with_pairs_same_rho_as_the_conic_route(seed):
+    """direct.min_max_ratio with pair rows (levels priced on HiGHS) against Clarabel via cvxpy."""
+    from slurm_gavel.policies.fairness import RHO_SLACK
+    rng = np.random.default_rng(500 + seed)
+    n, k = int(rng.integers(3, 14)), int(rng.integers(1, 4))
+    inp = random_input(rng, n, k, pairs=n * (n - 1) // 2, multi_gpu=seed % 3 == 2)
+    a, b = check("finish_time_fairness", inp, rel=2e-6)
+    assert ftf_rho(inp, a) <= a.objective * (1 + 2 * RHO_SLACK) + 1e-12
