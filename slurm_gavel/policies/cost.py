@@ -118,6 +118,9 @@ class MinCost(LinearPolicy):
         value = solve(compiled.problem, self.solvers, self.name)
         return pareto_stage(self, compiled, value) if self.pareto else value
 
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        return cost_priced(self, MinCost, inp, params, rates)
+
     def direct(self, structure, numbers, rates, params):
         """Both stages handed to HiGHS as arrays (direct.py) where that applies: no pair rows."""
         if not (self.use_direct and self.pareto and not len(structure.pair_jobs)
@@ -128,6 +131,24 @@ class MinCost(LinearPolicy):
         second, _ = second_gains(np.asarray(params["weights"], dtype=float), numbers.solo, mult)
         return direct.max_sum_then(mult[:, None] * rates["value"][0], second, numbers.feasible,
                                    numbers.counts, mult, structure.scale_factors, slack=PRIMARY_SLACK)
+
+
+def cost_priced(policy: LinearPolicy, base: type, inp: PolicyInput, params: dict, rates: dict,
+                slos=None):
+    """Jobs all different with pair rows: every stage on HiGHS, Z priced (direct_pairs.py)."""
+    from . import direct_pairs
+    if not (policy.use_direct and policy.pareto and set(rates) == {"value"}
+            and type(policy).formulate is base.formulate and type(policy).solve is base.solve
+            and direct_pairs.applies(inp.n_jobs, inp.n_pairs, inp.n_types)):
+        return None
+    mult = np.ones(inp.n_jobs)
+    solo = inp.solo_throughputs
+    second, own = second_gains(np.asarray(params["weights"], dtype=float), solo, mult)
+    value, pair_value = rates["value"]
+    pairs = direct_pairs.Pairs(inp.pair_jobs, inp.shared_throughputs, inp.pair_feasible)
+    return direct_pairs.cost_stages_priced(value, pair_value, solo, second, own, inp.feasible,
+                                           inp.counts, mult, inp.scale_factors, pairs, slos=slos,
+                                           slack=PRIMARY_SLACK)
 
 
 class MinCostSLO(LinearPolicy):
@@ -143,6 +164,10 @@ class MinCostSLO(LinearPolicy):
     name = "min_cost_slo"
     summary = "minimize cost subject to SLOs (needs price_per_hour, steps_remaining, slo)"
     second_stage = True
+
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        return cost_priced(self, MinCostSLO, inp, params, rates,
+                           slos=(params["required"], params["inv_required"]))
 
     def check(self, inp: PolicyInput):
         check_prices(inp, self.name)

@@ -507,7 +507,7 @@ def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarra
     when HiGHS does not reach an optimum or a job can get no speedup at all.
 
     With `pairs` (direct_pairs.Pairs: space sharing) every level is an LP with
-    pair rows Z, priced on HiGHS' duals (direct_pairs.level); a pair row's
+    pair rows Z, priced on HiGHS' duals (`pairs.level`); a pair row's
     speedup to each member counts as in `max_min_pairs`, `second_pairs` (P, k)
     is Z's objective in the Pareto stage, and the Solution has Z.
     """
@@ -515,9 +515,8 @@ def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarra
     speed = inv_isolated[:, None] * solo
     active = scaled > 0
     constant = float(fixed[~active].max()) if (~active).any() else 0.0
-    if pairs is not None:
-        from . import direct_pairs
-        pair_speed = direct_pairs.pair_rates(inv_isolated, pairs, multiplicity)
+    if pairs is not None:       # (its methods: this module does not import direct_pairs)
+        pair_speed = pairs.rates(inv_isolated, multiplicity)
 
     def level(rate_coef, bound, **extra):
         """(t, X, Z or None) of the level LP with these rows' coefficients (of speed)."""
@@ -525,14 +524,14 @@ def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarra
             found = _level(rate_coef[:, None] * speed, bound, feasible, counts, multiplicity,
                            scale_factors, **extra)
             return None if found is None else (*found, None)
-        return direct_pairs.level(pairs, rate_coef[:, None] * speed, bound, feasible, counts,
-                                  multiplicity, scale_factors, rate_coef * inv_isolated,
-                                  second_pairs=second_pairs, **extra)
+        return pairs.level(rate_coef[:, None] * speed, bound, feasible, counts, multiplicity,
+                           scale_factors, rate_coef * inv_isolated, second_pairs=second_pairs,
+                           **extra)
 
     def speedups(x: np.ndarray, z) -> np.ndarray:
         if pairs is None:
             return (speed * x).sum(axis=1)
-        return direct_pairs.attained(speed, pair_speed, pairs, x, z)
+        return pairs.attained(speed, pair_speed, x, z)
 
     def attained(x: np.ndarray, z) -> float:
         got = speedups(x, z)[active]

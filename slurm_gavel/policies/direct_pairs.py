@@ -50,6 +50,16 @@ class Pairs:
     shared: np.ndarray
     cap: np.ndarray
 
+    # What direct.min_max_ratio calls (direct.py does not import this module).
+    def rates(self, coef: np.ndarray, multiplicity: np.ndarray) -> np.ndarray:
+        return pair_rates(coef, self, multiplicity)
+
+    def attained(self, rate, pair_rate, x, z) -> np.ndarray:
+        return attained(rate, pair_rate, self, x, z)
+
+    def level(self, *args, **kwargs):
+        return level(self, *args, **kwargs)
+
 
 class ColumnGeneration:
     """A maximization LP on this thread's HiGHS whose `priced` columns enter only when they pay.
@@ -293,3 +303,95 @@ def level(pairs: Pairs, rate, bound, feasible, counts, multiplicity, scale_facto
     if floor is not None:
         return floor, x, z
     return model.lp.objective() / model.scale, x, z
+
+
+def _value_entries(value, pair_value, multiplicity, pairs: Pairs) -> np.ndarray:
+    """Every X and Z column's share of sum_m mult_m * value_m (a pair row's /mult cancels)."""
+    return np.concatenate([(multiplicity[:, None] * value).ravel(),
+                           (pair_value[:, :, 0] + pair_value[:, :, 1]).ravel()])
+
+
+def _pareto_cost(second, own, pairs: Pairs, extra: int) -> np.ndarray:
+    """The Pareto stage's objective: `second` on X, own_a shared_a + own_b shared_b on Z (the
+    cvxpy route's gain @ throughput), 0 on the `extra` columns after them; scaled to ~1."""
+    a, b = pairs.rows[:, 0], pairs.rows[:, 1]
+    on_pairs = own[a, None] * pairs.shared[:, :, 0] + own[b, None] * pairs.shared[:, :, 1]
+    gain = np.concatenate([second.ravel(), on_pairs.ravel(), np.zeros(extra)])
+    return gain * direct._power_of_two_scale(gain)
+
+
+def cost_stages_priced(value, pair_value, solo, second, own, feasible, counts, multiplicity, scale_factors,
+                       pairs: Pairs, slos=None, slack: float = 1e-7):
+    """Min-cost's LPs with every pair row, Z priced on HiGHS: a direct.Solution or None.
+
+    maximize sum_m mult_m value_m(X, Z) under (1)-(3), then the Pareto stage
+    (cost.py): that total kept within `slack`, `second` on X and own-weighted
+    throughputs on Z.  With `slos` = (required (n,), inv_required (n,)) first
+    min-cost-with-SLOs' shortfall LP (cost.MinCostSLO): columns s_m in [0,
+    required_m], rows throughput_m + s_m >= required_m, the total relative
+    shortfall minimized and then kept (at most budget) through both later stages.
+    """
+    import highspy
+    inf = highspy.kHighsInf
+    n, k = feasible.shape
+    P = len(pairs.rows)
+    nk, pk = n * k, P * k
+    n_s = n if slos is not None else 0
+    # rows: [meet rows (n) if slos], time rows (n), GPU rows (k), value row, [relative row]
+    meet = 0
+    time0 = n if slos is not None else 0
+    gpu0 = time0 + n
+    value_row = gpu0 + k
+    relative_row = value_row + 1
+    n_rows = value_row + 1 + (1 if slos is not None else 0)
+    rate_rows = []
+    if slos is not None:
+        rate_rows = [(meet, solo, pair_rates(np.ones(n), pairs, multiplicity))]
+    rows, cols, values = pair_block(n, k, rate_rows, pairs, multiplicity, scale_factors,
+                                    {"time": time0, "gpu": gpu0})
+    entries = _value_entries(value, pair_value, multiplicity, pairs)
+    scale = direct._power_of_two_scale(entries)
+    rows.append(np.full(nk + pk, value_row))
+    cols.append(np.arange(nk + pk))
+    values.append(entries * scale)
+    col_upper = [feasible.astype(float).ravel(), pairs.cap.astype(float).ravel()]
+    row_upper = [np.ones(n), counts.astype(float), [inf]]
+    if slos is not None:
+        required, inv_required = slos
+        s = nk + pk + np.arange(n)
+        rows += [np.arange(n), np.full(n, relative_row)]
+        cols += [s, s]
+        values += [-np.ones(n), multiplicity * inv_required]
+        col_upper.append(required.astype(float))
+        row_upper = [-required.astype(float)] + row_upper + [[inf]]
+    n_cols = nk + pk + n_s
+    matrix = _csc(rows, cols, values, (n_rows, n_cols))
+    priced = np.zeros(n_cols, dtype=bool)
+    priced[nk:nk + pk] = True
+    cost = np.zeros(n_cols)
+    if slos is not None:
+        cost[nk + pk:] = -multiplicity * inv_required        # minimize the relative shortfall
+    else:
+        cost[:nk + pk] = entries * scale
+    lp = ColumnGeneration(matrix, cost, np.zeros(n_cols), np.concatenate(col_upper),
+                          np.full(n_rows, -inf), np.concatenate([np.asarray(r, dtype=float)
+                                                                for r in row_upper]), priced)
+    if not lp.run():
+        return None
+    if slos is not None:
+        short = -lp.objective()
+        # as cost.MinCostSLO.solve: slack for the solver's tolerance
+        lp.set_row_bounds(relative_row, -inf, max(short, 0.0) * (1 + 1e-6) + 1e-7)
+        stage = np.zeros(n_cols)
+        stage[:nk + pk] = entries * scale
+        lp.set_cost(stage)
+        if not lp.run():
+            return None
+    total = lp.objective()
+    lp.set_row_bounds(value_row, total - slack * abs(total), inf)
+    lp.set_cost(_pareto_cost(second, own, pairs, n_s))
+    if not lp.run():
+        return None
+    columns = lp.values()
+    x, z = columns[:nk].reshape(n, k), columns[nk:nk + pk].reshape(P, k)
+    return direct.Solution(float(entries @ columns[:nk + pk]), x, z, lp.rounds)

@@ -92,3 +92,30 @@ def test_finish_time_fairness_with_pairs_same_rho_as_the_conic_route(seed):
     inp = random_input(rng, n, k, pairs=n * (n - 1) // 2, multi_gpu=seed % 3 == 2)
     a, b = check("finish_time_fairness", inp, rel=2e-6)
     assert ftf_rho(inp, a) <= a.objective * (1 + 2 * RHO_SLACK) + 1e-12
+
+
+def with_slos(rng, inp):
+    """Some jobs with SLOs, a few of them impossible to meet."""
+    from dataclasses import replace
+    duration = inp.steps_remaining / inp.solo_throughputs.max(axis=1)
+    slo = inp.time_since_arrival + duration * rng.choice([0.5, 1.5, 4.0, np.nan], size=inp.n_jobs)
+    return replace(inp, slo=slo)
+
+
+@pytest.mark.parametrize("name", ["min_cost", "min_cost_slo"])
+@pytest.mark.parametrize("seed", range(6))
+def test_cost_policies_with_pairs_same_optimum(name, seed):
+    """min_cost (and with SLOs, its shortfall first) with every pair row priced on HiGHS:
+    the cost cvxpy's column generation reaches, and the same Pareto-stage sum."""
+    rng = np.random.default_rng(600 + seed)
+    n, k = int(rng.integers(3, 16)), int(rng.integers(1, 4))
+    inp = random_input(rng, n, k, pairs=n * (n - 1) // 2, multi_gpu=seed % 3 == 2)
+    if name == "min_cost_slo":
+        inp = with_slos(rng, inp)
+    a, b = check(name, inp, rel=1e-6)
+    fast = make_policy(name, space_sharing=True)
+    assert inner(fast).info(a, inp) == inner(fast).info(b, inp)
+    from slurm_gavel.policies.cost import second_gains
+    _, own = second_gains(inp.weights, inp.solo_throughputs, np.ones(inp.n_jobs))
+    assert (own * a.effective_throughputs(inp)).sum() == pytest.approx(
+        (own * b.effective_throughputs(inp)).sum(), rel=1e-5)
