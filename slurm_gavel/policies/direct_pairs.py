@@ -94,8 +94,6 @@ class ColumnGeneration:
                              sub.indices.astype(np.int32), sub.data.astype(float),
                              np.zeros(len(self.order), dtype=np.int32))
         self.ok = status != highspy.HighsStatus.kError
-        # the transposed matrix once: reduced costs are one product a round
-        self._rows_of = matrix.T.tocsr()
 
     def run(self, max_rounds: int = 200) -> bool:
         """Solve, add the priced columns whose reduced cost is favourable, until none is."""
@@ -117,7 +115,8 @@ class ColumnGeneration:
                 return True
             else:
                 y = np.asarray(h.getSolution().row_dual)
-                reduced = self.cost[outside] - self._rows_of[outside] @ y
+                # every column's reduced cost in one product (csc's transpose is csr, no copy)
+                reduced = (self.cost - self.matrix.T @ y)[outside]
                 enter = outside[reduced > TOLERANCE]
                 if not len(enter):
                     return True
