@@ -119,3 +119,22 @@ def test_cost_policies_with_pairs_same_optimum(name, seed):
     _, own = second_gains(inp.weights, inp.solo_throughputs, np.ones(inp.n_jobs))
     assert (own * a.effective_throughputs(inp)).sum() == pytest.approx(
         (own * b.effective_throughputs(inp)).sum(), rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_min_cost_slo_without_pairs_on_highs(seed):
+    """min_cost_slo without pair rows on HiGHS too (direct_pairs.cost_stages_priced with no
+    pairs): the cost and SLO violations of the cvxpy route, nothing compiled."""
+    rng = np.random.default_rng(700 + seed)
+    n = int(rng.integers(3, 30))
+    inp = with_slos(rng, random_input(rng, n, 3, multi_gpu=seed % 2 == 1))
+    if seed >= 4:       # throughputs of three kinds: many ties between jobs
+        from dataclasses import replace
+        inp = replace(inp, throughputs=np.repeat(inp.throughputs[:3], n // 3 + 1, axis=0)[:n])
+    fast, slow = make_policy("min_cost_slo"), make_policy("min_cost_slo")
+    inner(slow).use_direct = False
+    a, b = fast.allocate(inp), slow.allocate(inp)
+    assert not inner(fast)._cache._entries and inner(slow)._cache._entries
+    assert_feasible(a, inp)
+    assert a.objective == pytest.approx(b.objective, rel=1e-6)
+    assert inner(fast).info(a, inp) == inner(slow).info(b, inp)
