@@ -6,9 +6,10 @@ costs about 1.5 ms of refilling parameters and unpacking results around a
 solve that takes a fraction of that.  Without pair rows these LPs are simple
 enough to write out as HiGHS's column-wise arrays, which is what this module
 does; `LinearPolicy` uses it where it applies (fewer than MAX_COLUMNS entries
-of X, and pair rows only in max-min's class problems, `max_min_pairs`: pricing
-pair rows needs the cvxpy route's duals) and the cvxpy formulation (lp.py)
-everywhere else.
+of X; pair rows in max-min's class problems, `max_min_pairs`, and in
+finish-time fairness's levels, whose pair columns direct_pairs.py prices on
+HiGHS' duals, as it does for the other LPs with pair rows) and the cvxpy
+formulation (lp.py) everywhere else.
 Rows m stand for mult_m identical jobs (symmetry.py).
 
 Max-min (`MaxMinPolicy`), over X (rows m, types j) and t:

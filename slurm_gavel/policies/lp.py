@@ -7,7 +7,10 @@ row (symmetry.py), and with space sharing, pair rows are priced (column
 generation) so that the LP holds only the pairs that matter.  Max-min and
 max-sum problems without pair rows, and max-min class problems with them (no
 pricing there), skip cvxpy: direct.py hands the same LP to HiGHS as arrays
-(the simulator solves thousands of them).
+(the simulator solves thousands of them).  With pair rows and jobs all
+different, a policy's `direct_priced` hands the LP with every pair row to
+HiGHS, pricing the pair columns on HiGHS' duals (direct_pairs.py); `_priced`
+(cvxpy's duals) stays where it does not apply.
 
 Pareto efficiency and one answer per input.  A max-min LP has many optimal X
 (it is indifferent to every job above the minimum), and a solver returns
