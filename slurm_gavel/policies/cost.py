@@ -118,6 +118,9 @@ class MinCost(LinearPolicy):
         value = solve(compiled.problem, self.solvers, self.name)
         return pareto_stage(self, compiled, value) if self.pareto else value
 
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        return cost_priced(self, MinCost, inp, params, rates)
+
     def direct(self, structure, numbers, rates, params):
         """Both stages handed to HiGHS as arrays (direct.py) where that applies: no pair rows."""
         if not (self.use_direct and self.pareto and not len(structure.pair_jobs)
@@ -128,6 +131,31 @@ class MinCost(LinearPolicy):
         second, _ = second_gains(np.asarray(params["weights"], dtype=float), numbers.solo, mult)
         return direct.max_sum_then(mult[:, None] * rates["value"][0], second, numbers.feasible,
                                    numbers.counts, mult, structure.scale_factors, slack=PRIMARY_SLACK)
+
+
+def cost_stages(policy: LinearPolicy, base: type, structure, numbers, rates: dict, params: dict,
+                slos: bool = False):
+    """Every stage on HiGHS, pair rows (if any) priced on its duals (direct_pairs.py), or None."""
+    from . import direct_pairs
+    if not (policy.use_direct and policy.pareto and set(rates) == {"value"}
+            and type(policy).formulate is base.formulate and type(policy).solve is base.solve
+            and direct_pairs.applies(structure.n_jobs, len(structure.pair_jobs), structure.n_types)):
+        return None
+    mult = np.asarray(structure.multiplicity, dtype=float)
+    second, own = second_gains(np.asarray(params["weights"], dtype=float), numbers.solo, mult)
+    value, pair_value = rates["value"]
+    pairs = direct_pairs.Pairs(structure.pair_jobs, numbers.shared, numbers.pair_feasible)
+    return direct_pairs.cost_stages_priced(
+        value, pair_value, numbers.solo, second, own, numbers.feasible, numbers.counts, mult,
+        structure.scale_factors, pairs, slos=(params["required"], params["inv_required"]) if slos else None,
+        slack=PRIMARY_SLACK)
+
+
+def cost_priced(policy: LinearPolicy, base: type, inp: PolicyInput, params: dict, rates: dict,
+                slos: bool = False):
+    """Jobs all different with pair rows: `cost_stages` on the whole input."""
+    from .program import Numbers, Structure
+    return cost_stages(policy, base, Structure.of(inp), Numbers.of(inp), rates, params, slos)
 
 
 class MinCostSLO(LinearPolicy):
@@ -143,6 +171,13 @@ class MinCostSLO(LinearPolicy):
     name = "min_cost_slo"
     summary = "minimize cost subject to SLOs (needs price_per_hour, steps_remaining, slo)"
     second_stage = True
+
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        return cost_priced(self, MinCostSLO, inp, params, rates, slos=True)
+
+    def direct(self, structure, numbers, rates, params):
+        """The three LPs on one HiGHS model (direct_pairs.cost_stages_priced), pair rows or not."""
+        return cost_stages(self, MinCostSLO, structure, numbers, rates, params, slos=True)
 
     def check(self, inp: PolicyInput):
         check_prices(inp, self.name)

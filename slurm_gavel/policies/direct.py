@@ -6,9 +6,10 @@ costs about 1.5 ms of refilling parameters and unpacking results around a
 solve that takes a fraction of that.  Without pair rows these LPs are simple
 enough to write out as HiGHS's column-wise arrays, which is what this module
 does; `LinearPolicy` uses it where it applies (fewer than MAX_COLUMNS entries
-of X, and pair rows only in max-min's class problems, `max_min_pairs`: pricing
-pair rows needs the cvxpy route's duals) and the cvxpy formulation (lp.py)
-everywhere else.
+of X; pair rows in max-min's class problems, `max_min_pairs`, and in
+finish-time fairness's levels, whose pair columns direct_pairs.py prices on
+HiGHS' duals, as it does for the other LPs with pair rows) and the cvxpy
+formulation (lp.py) everywhere else.
 Rows m stand for mult_m identical jobs (symmetry.py).
 
 Max-min (`MaxMinPolicy`), over X (rows m, types j) and t:
@@ -111,7 +112,8 @@ def _have_highspy() -> bool:
 class Solution:
     value: float        # the objective, in the policy's units
     x: np.ndarray       # (n, k)
-    pairs: np.ndarray | None = None     # (P, k) pair rows' X (max_min_pairs)
+    pairs: np.ndarray | None = None     # (P, k) pair rows' X (max_min_pairs, direct_pairs.py)
+    rounds: int = 0                     # HiGHS solves of a priced LP (direct_pairs.py)
 
 
 def _power_of_two_scale(values: np.ndarray) -> float:
@@ -485,7 +487,8 @@ def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarra
                   feasible: np.ndarray, counts: np.ndarray, multiplicity: np.ndarray,
                   scale_factors: np.ndarray, second: np.ndarray | None = None,
                   rho_slack: float = 1e-6, slack: float = 1e-7, tolerance: float = 1e-9,
-                  max_steps: int = 60) -> Solution | None:
+                  max_steps: int = 60, pairs=None, second_pairs: np.ndarray | None = None
+                  ) -> Solution | None:
     """minimize_X max_m rho_m, rho_m = fixed_m + scaled_m / speedup_m(X), speedup_m = v_m sum_j T_mj X_mj.
 
     Finish-time fairness (fairness.py) without a conic solver.  rho_m <= R reads
@@ -503,36 +506,64 @@ def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarra
     cvxpy route's).  The value returned is the optimal rho (the final X is within
     rho_slack of it, as on the conic route).  None
     when HiGHS does not reach an optimum or a job can get no speedup at all.
+
+    With `pairs` (direct_pairs.Pairs: space sharing) every level is an LP with
+    pair rows Z, priced on HiGHS' duals (`pairs.level`); a pair row's
+    speedup to each member counts as in `max_min_pairs`, `second_pairs` (P, k)
+    is Z's objective in the Pareto stage, and the Solution has Z.
     """
     n, k = solo.shape
     speed = inv_isolated[:, None] * solo
     active = scaled > 0
     constant = float(fixed[~active].max()) if (~active).any() else 0.0
+    if pairs is not None:       # (its methods: this module does not import direct_pairs)
+        pair_speed = pairs.rates(inv_isolated, multiplicity)
 
-    def attained(x: np.ndarray) -> float:
-        got = (speed * x).sum(axis=1)[active]
+    def level(rate_coef, bound, **extra):
+        """(t, X, Z or None) of the level LP with these rows' coefficients (of speed)."""
+        if pairs is None:
+            found = _level(rate_coef[:, None] * speed, bound, feasible, counts, multiplicity,
+                           scale_factors, **extra)
+            return None if found is None else (*found, None)
+        return pairs.level(rate_coef[:, None] * speed, bound, feasible, counts, multiplicity,
+                           scale_factors, rate_coef * inv_isolated, second_pairs=second_pairs,
+                           **extra)
+
+    def speedups(x: np.ndarray, z) -> np.ndarray:
+        if pairs is None:
+            return (speed * x).sum(axis=1)
+        return pairs.attained(speed, pair_speed, x, z)
+
+    def attained(x: np.ndarray, z) -> float:
+        got = speedups(x, z)[active]
         if (got <= 0).any():
             return math.inf
         return max(constant, float((fixed[active] + scaled[active] / got).max()))
 
-    best_x = None
+    best_x = best_z = None
     if active.any():
-        most = (speed * (feasible > 0)).max(axis=1)[active]
+        most = (speed * (feasible > 0)).max(axis=1)
+        if pairs is not None and len(pairs.rows):
+            # a unit of a member's time in a pair row yields mult * its pair speed
+            per_time = pair_speed * multiplicity[pairs.rows][:, None, :] * (pairs.cap > 0)[:, :, None]
+            np.maximum.at(most, pairs.rows[:, 0], per_time[:, :, 0].max(axis=1))
+            np.maximum.at(most, pairs.rows[:, 1], per_time[:, :, 1].max(axis=1))
+        most = most[active]
         if (most <= 0).any():
             return None
         low = max(constant, float((fixed[active] + scaled[active] / most).max()))
         high, trial = math.inf, low
         for _ in range(max_steps):
             coef = np.where(active, (trial - fixed) / np.where(active, scaled, 1.0), 0.0)
-            found = _level(coef[:, None] * speed, active, feasible, counts, multiplicity, scale_factors)
+            found = level(coef, active)
             if found is None:
                 return None
-            level, x = found
-            rho = attained(x)
+            top, x, z = found
+            rho = attained(x, z)
             if rho < high:
-                high, best_x = rho, x
-            if level > 0:
-                low = max(low, min(trial, float((fixed[active] + (trial - fixed[active]) / level).min())))
+                high, best_x, best_z = rho, x, z
+            if top > 0:
+                low = max(low, min(trial, float((fixed[active] + (trial - fixed[active]) / top).min())))
             if high - low <= tolerance * high:
                 break
             # Dinkelbach's step; a bisection where it would not move
@@ -542,14 +573,15 @@ def min_max_ratio(fixed: np.ndarray, scaled: np.ndarray, inv_isolated: np.ndarra
     else:
         high = constant
         best_x = np.zeros((n, k))
+        best_z = None if pairs is None else np.zeros((len(pairs.rows), k))
     if second is None:
-        return Solution(high, best_x)
+        return Solution(high, best_x, best_z)
     room = high * (1 + rho_slack) - fixed
     bound = active & (room > 0)
     coef = np.divide(room, scaled, out=np.zeros(n), where=bound)
-    found = _level(coef[:, None] * speed, bound, feasible, counts, multiplicity, scale_factors,
-                   floor=1.0 - slack, second=second)
+    extra = {} if pairs is None else {"start": best_z > 0}
+    found = level(coef, bound, floor=1.0 - slack, second=second, **extra)
     if found is None:
         return None
     # the primary optimum, as the conic route reports it; X is within rho_slack of it
-    return Solution(high, found[1])
+    return Solution(high, found[1], found[2])

@@ -186,21 +186,37 @@ class FinishTimeFairness(LinearPolicy):
         # Only with the Pareto stage, which makes the answer one X: without it (the agnostic
         # baseline) the conic route's interior point and a simplex vertex are different optima,
         # and the baseline is kept as it was measured (docs/simulation.md).
-        if not (self.use_direct and self.pareto and not len(structure.pair_jobs) and not rates
+        # With pair rows (class problems), every pair row is in HiGHS' model, priced (direct_pairs.py).
+        from . import direct_pairs
+        n_pairs = len(structure.pair_jobs)
+        if not (self.use_direct and self.pareto and not rates
                 and type(self).formulate is FinishTimeFairness.formulate
                 and type(self).solve is FinishTimeFairness.solve
-                and direct.applies(structure.n_jobs, structure.n_types)):
+                and direct_pairs.applies(structure.n_jobs, n_pairs, structure.n_types)):
             return None
         fixed, scaled, inv_isolated = (np.asarray(params[name], dtype=float)
                                        for name in ("fixed", "scaled", "inv_isolated"))
-        second = None
-        if self.pareto:     # the cvxpy route's Pareto objective: gain @ throughput + tie @ x
-            solo = numbers.solo
-            weight = structure.multiplicity * inv_isolated
-            second = weight[:, None] * solo * (1.0 + TIE_BREAK * tie_break(*solo.shape))
+        mult = structure.multiplicity
+        # the cvxpy route's Pareto objective: gain @ throughput + tie @ x, gain = mult * inv_isolated
+        solo = numbers.solo
+        weight = mult * inv_isolated
+        second = weight[:, None] * solo * (1.0 + TIE_BREAK * tie_break(*solo.shape))
+        pairs = second_pairs = None
+        if n_pairs:
+            pairs = direct_pairs.Pairs(structure.pair_jobs, numbers.shared, numbers.pair_feasible)
+            a, b = structure.pair_jobs[:, 0], structure.pair_jobs[:, 1]
+            # a pair row's throughput to a member is shared / mult: gain_a * shared_a / mult_a
+            second_pairs = (inv_isolated[a, None] * numbers.shared[:, :, 0]
+                            + inv_isolated[b, None] * numbers.shared[:, :, 1])
         return direct.min_max_ratio(fixed, scaled, inv_isolated, numbers.solo, numbers.feasible,
-                                    numbers.counts, structure.multiplicity, structure.scale_factors,
-                                    second=second, rho_slack=RHO_SLACK, slack=PRIMARY_SLACK)
+                                    numbers.counts, mult, structure.scale_factors,
+                                    second=second, rho_slack=RHO_SLACK, slack=PRIMARY_SLACK,
+                                    pairs=pairs, second_pairs=second_pairs)
+
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        """Jobs all different, with pair rows: `direct` on the whole input (Z priced on HiGHS)."""
+        from .program import Numbers, Structure
+        return self.direct(Structure.of(inp), Numbers.of(inp), rates, params)
 
     def solve(self, compiled: Compiled, inp: PolicyInput) -> float:
         rho = solve(compiled.problem, self.solvers, self.name)

@@ -7,7 +7,10 @@ row (symmetry.py), and with space sharing, pair rows are priced (column
 generation) so that the LP holds only the pairs that matter.  Max-min and
 max-sum problems without pair rows, and max-min class problems with them (no
 pricing there), skip cvxpy: direct.py hands the same LP to HiGHS as arrays
-(the simulator solves thousands of them).
+(the simulator solves thousands of them).  With pair rows and jobs all
+different, a policy's `direct_priced` hands the LP with every pair row to
+HiGHS, pricing the pair columns on HiGHS' duals (direct_pairs.py); `_priced`
+(cvxpy's duals) stays where it does not apply.
 
 Pareto efficiency and one answer per input.  A max-min LP has many optimal X
 (it is indifferent to every job above the minimum), and a solver returns
@@ -183,7 +186,11 @@ class LinearPolicy:
             allocation = self._solve_classes(work, classes, params, rates)
             extra = {"job_classes": classes.n_classes}
         elif work.n_pairs:
-            allocation, extra = self._priced(work, params, rates)
+            found = self.direct_priced(work, params, rates) if self.use_direct else None
+            if found is not None:
+                allocation, extra = self._priced_allocation(work, found)
+            else:
+                allocation, extra = self._priced(work, params, rates)
         else:
             allocation, _ = self._solve_once(work, params, rates)
             extra = {}
@@ -202,6 +209,23 @@ class LinearPolicy:
                params: dict):
         """The same LP solved without cvxpy (direct.py), or None where that does not apply."""
         return None
+
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        """The LP with every pair row on HiGHS, pair columns priced on its duals
+        (direct_pairs.py), or None where that does not apply (then `_priced`, on cvxpy)."""
+        return None
+
+    def _priced_allocation(self, inp: PolicyInput, found) -> tuple[Allocation, dict]:
+        """The Allocation of a `direct_priced` solution: the pair rows it uses, repaired."""
+        x = clean(found.x, inp.feasible)
+        xp = clean(found.pairs, inp.pair_feasible)
+        used = xp.sum(axis=1) > 0
+        pair_jobs, xp = inp.pair_jobs[used], xp[used]
+        x, xp = repair(inp, x, xp, pair_jobs)
+        allocation = Allocation(inp.job_ids, inp.worker_types, x, self.name,
+                                objective=self.objective_value(found.value, inp),
+                                pair_jobs=pair_jobs, x_pairs=xp)
+        return allocation, {"pair_rows": int(used.sum()), "pricing_rounds": found.rounds}
 
     def _run(self, structure: Structure, numbers: Numbers, rates: dict, params: dict,
              inp: PolicyInput, direct_ok: bool = True
@@ -381,6 +405,22 @@ class MaxMinPolicy(CoefficientPolicy):
                               structure.multiplicity, structure.scale_factors, second=second,
                               slack=PRIMARY_SLACK)
 
+    def direct_priced(self, inp: PolicyInput, params: dict, rates: dict):
+        """Every pair row, priced on HiGHS (direct_pairs.max_min_priced): jobs all different."""
+        from . import direct_pairs
+        if not (_direct_applies(self, MaxMinPolicy, Structure.of(inp), rates, params, pairs=True,
+                                limit=False)
+                and direct_pairs.applies(inp.n_jobs, inp.n_pairs, inp.n_types)):
+            return None
+        coef = np.asarray(params["coef"], dtype=float)
+        mult = np.ones(inp.n_jobs)
+        own = np.asarray(params["pareto_weight"], dtype=float) if self.pareto else None
+        second = pareto_gains(own, inp.solo_throughputs, mult) if self.pareto else None
+        pairs = direct_pairs.Pairs(inp.pair_jobs, inp.shared_throughputs, inp.pair_feasible)
+        return direct_pairs.max_min_priced(coef, inp.solo_throughputs, inp.feasible, inp.counts, mult,
+                                           inp.scale_factors, pairs, second=second, pareto_weight=own,
+                                           slack=PRIMARY_SLACK)
+
     def formulate(self, program: AllocationProgram):
         n, k = program.n_jobs, program.n_types
         coef = cp.Parameter(n, nonneg=True, name="coef")
@@ -465,11 +505,12 @@ class MaxSumPolicy(CoefficientPolicy):
 
 
 def _direct_applies(policy: LinearPolicy, base: type, structure: Structure, rates: dict,
-                    params: dict, pairs: bool = False) -> bool:
+                    params: dict, pairs: bool = False, limit: bool = True) -> bool:
     """direct.py solves `base`'s own LP: no other rates, the formulation not overridden, and
-    no pair rows unless `pairs` (the route has them)."""
+    no pair rows unless `pairs` (the route has them); `limit`: the whole LP small enough
+    (direct_pairs.py checks its own)."""
     n_pairs = len(structure.pair_jobs)
     return (policy.use_direct and (pairs or not n_pairs) and not rates
             and set(params) <= {"coef", "pareto_weight"}
             and type(policy).formulate is base.formulate and type(policy).solve is base.solve
-            and direct.applies(structure.n_jobs + n_pairs, structure.n_types))
+            and (not limit or direct.applies(structure.n_jobs + n_pairs, structure.n_types)))

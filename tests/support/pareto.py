@@ -28,11 +28,13 @@ def idle_while_waiting(alloc, inp: PolicyInput) -> float:
     return float(np.max(np.where(usable.any(axis=0), free, 0.0)))
 
 
-def space_sharing_runs(name: str, seed: int):
+def space_sharing_runs(name: str, seed: int, use_direct: bool = True):
     """(input, two-stage allocation, one-stage allocation) of policy `name` with pair rows
-    (priced columns), on a random input of 12-19 jobs on 2 types seeded with `seed`."""
+    (priced columns), on a random input of 12-19 jobs on 2 types seeded with `seed`;
+    `use_direct=False`: both on the cvxpy route (lp.py's pricing)."""
     rng = np.random.default_rng(seed)
     inp = random_input(rng, int(rng.integers(12, 20)), 2, pairs=80)
     pareto, plain = make_policy(name, space_sharing=True), make_policy(name, space_sharing=True)
     inner(plain).pareto = False
+    inner(pareto).use_direct = inner(plain).use_direct = use_direct
     return inp, pareto.allocate(inp), plain.allocate(inp)

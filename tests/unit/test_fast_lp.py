@@ -114,13 +114,17 @@ def test_answer_depends_on_the_input_alone():
     assert np.array_equal(first.x, again.x)
 
 
-def test_space_sharing_with_pricing_keeps_the_cvxpy_route():
-    """Jobs all different: pricing pair rows needs the cvxpy route's duals."""
+def test_space_sharing_with_pricing_prices_on_highs():
+    """Jobs all different: pair rows are priced on HiGHS' duals (direct_pairs.py), with the
+    optimum of cvxpy's column generation (more in tests/unit/test_priced_pairs.py)."""
     rng = np.random.default_rng(5)
     inp = random_input(rng, 8, 3, pairs=10)
     policy = make_policy("max_min_fairness", space_sharing=True)
-    policy.allocate(inp)
-    assert inner(policy)._cache._entries
+    slow = make_policy("max_min_fairness", space_sharing=True)
+    inner(slow).use_direct = False
+    a, b = policy.allocate(inp), slow.allocate(inp)
+    assert not inner(policy)._cache._entries
+    assert a.objective == pytest.approx(b.objective, rel=1e-6)
 
 
 def classes_with_pairs(rng, kinds: int, copies: int, k: int = 3):
