@@ -37,14 +37,14 @@ class Fifo:
         # Plain Python floats over the few types: the per-job numpy calls
         # (any, lexsort on 3-element arrays) cost far more than the work.
         free = [float(c) for c in inp.counts]
-        solo = inp.solo_throughputs.tolist()
+        solo = inp.solo_throughputs       # rows read one by one: the queue stops early
         scales = inp.scale_factors.tolist()
         types = range(inp.n_types)
         order = np.argsort(inp.arrival_order(), kind="stable").tolist()
         placed = set()
         for m in order:
             s = scales[m]
-            row = solo[m]
+            row = solo[m].tolist()
             best = None
             roomy = False
             for j in types:

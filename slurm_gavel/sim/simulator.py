@@ -498,6 +498,7 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
     """
     index: dict[str, int] = {}             # job -> its row of `target`
     parts = []
+    last_ids, last_rows = None, None       # consecutive allocations mostly name the same jobs
     for i, (_, t0, alloc, _) in enumerate(allocations):
         t1 = allocations[i + 1][1] if i + 1 < len(allocations) else end
         span = t1 - t0
@@ -508,7 +509,10 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
             np.add.at(x, alloc.pair_jobs[:, 0], alloc.x_pairs)
             np.add.at(x, alloc.pair_jobs[:, 1], alloc.x_pairs)
         x *= span
-        parts.append(([index.setdefault(job, len(index)) for job in alloc.job_ids], x))
+        if alloc.job_ids != last_ids:
+            last_ids = alloc.job_ids
+            last_rows = [index.setdefault(job, len(index)) for job in last_ids]
+        parts.append((last_rows, x))
     target = np.zeros((len(index), parts[0][1].shape[1] if parts else 0))
     for rows, x in parts:            # an allocation names each job once
         target[rows] += x
