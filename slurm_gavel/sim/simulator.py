@@ -136,6 +136,7 @@ class SimulatedCluster(Backend):
         self._next: tuple[int, TraceJob] | None = next(self._arrivals, None)
         self._last_arrival = -math.inf
         self.results: dict[str, JobResult] = {}
+        self._seconds_of: dict[str, dict[str, float]] = {}   # job -> its result's seconds per type
         self._active: dict[str, JobState] = {}
         self._jobs_view: tuple[JobState, ...] = ()
         self._done: dict[str, float] = {}                 # steps done, active jobs
@@ -244,6 +245,7 @@ class SimulatedCluster(Backend):
         self.results[job_id] = JobResult(job_id, job.job_type, job.scale_factor, float(job.total_steps),
                                          job.arrival_time, weight=job.priority_weight, slo=job.slo,
                                          seconds={wt: 0.0 for wt in self.worker_types})
+        self._seconds_of[job_id] = self.results[job_id].seconds
         if job.total_steps <= 0:      # nothing to run: done on arrival
             self._depart(job_id, job.arrival_time)
 
@@ -263,6 +265,7 @@ class SimulatedCluster(Backend):
         self._rate.pop(job_id, None)
         self._type.pop(job_id, None)
         self._finish_at.pop(job_id, None)
+        self._seconds_of.pop(job_id, None)
         self._departures.append(Departure(job_id, t))
 
     def _rates(self, a: Assignment) -> tuple[float, ...]:
@@ -302,7 +305,7 @@ class SimulatedCluster(Backend):
             self._round = None
         end = min(end, now)
         length = end - start
-        active, done, rates, results = self._active, self._done, self._rate, self.results
+        active, done, rates, seconds_of = self._active, self._done, self._rate, self._seconds_of
         ckpt_left, column = self._ckpt_left, self._column
         busy = [0.0] * len(self.worker_types)
         usage = self._usage
@@ -323,7 +326,10 @@ class SimulatedCluster(Backend):
                     continue
                 cost = ckpt_left.get(job, 0.0) if ckpt_left else 0.0
                 if cost:
-                    ckpt_left[job] = cost - length if cost > length else 0.0
+                    if cost > length:
+                        ckpt_left[job] = cost - length
+                    else:             # paid: dropped, so that the dict empties within the round
+                        del ckpt_left[job]
                 rate = rates.get(job, 0.0)
                 if measure:
                     made[job] = rate
@@ -332,14 +338,14 @@ class SimulatedCluster(Backend):
                 if rate > 0 and left <= rate * useful:
                     ran = cost + left / rate
                     done[job] = state.total_steps
-                    results[job].seconds[wt] += ran
+                    seconds_of[job][wt] += ran
                     self._depart(job, start + ran)
                     departed = True
                     gone.add(id(a))
                 else:
                     done[job] += rate * useful
                     ran = length
-                    results[job].seconds[wt] += ran
+                    seconds_of[job][wt] += ran
                 if ran > held:
                     held = ran
             busy[column[wt]] += held * a.gpus
