@@ -153,7 +153,8 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
         scale_factors=np.array([j.scale_factor for j in jobs], dtype=np.int64),
         weights=weights,
         prices=np.array([prices.get(wt, np.nan) for wt in worker_types], dtype=float),
-        entities=tuple(entity_of(j, share_by) for j in jobs),
+        entities=(tuple([j.entity for j in jobs]) if share_by == ENTITY     # entity_of's ENTITY case
+                  else tuple([entity_of(j, share_by) for j in jobs])),
         steps_remaining=np.array([j.total_steps - steps_done.get(j.id, 0.0) for j in jobs], dtype=float),
         time_since_arrival=np.array([max(0.0, now - j.arrival_time) for j in jobs], dtype=float),
         slo=np.array([np.nan if j.slo is None else j.slo for j in jobs], dtype=float),

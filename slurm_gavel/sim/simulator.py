@@ -18,6 +18,7 @@ results; `summarize()` turns them into the numbers the paper reports.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -517,7 +518,9 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
         x *= span
         if alloc.job_ids != last_ids:
             last_ids = alloc.job_ids
-            last_rows = [index.setdefault(job, len(index)) for job in last_ids]
+            # which row a job gets does not matter (each row sums its own job's parts)
+            index.update(zip(set(last_ids).difference(index), itertools.count(len(index))))
+            last_rows = list(map(index.__getitem__, last_ids))
         parts.append((last_rows, x))
     target = np.zeros((len(index), parts[0][1].shape[1] if parts else 0))
     for rows, x in parts:            # an allocation names each job once
