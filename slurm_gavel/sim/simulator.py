@@ -318,12 +318,13 @@ class SimulatedCluster(Backend):
         for a in self._running:
             held = 0.0
             wt = a.worker_type
+            key = id(a)
             if measure:
                 made = {}
             for job in a.jobs:
                 state = active.get(job)
                 if state is None:
-                    gone.add(id(a))
+                    gone.add(key)
                     continue
                 cost = ckpt_left.get(job, 0.0) if ckpt_left else 0.0
                 if cost:
@@ -342,7 +343,7 @@ class SimulatedCluster(Backend):
                     seconds_of[job][wt] += ran
                     self._depart(job, start + ran)
                     departed = True
-                    gone.add(id(a))
+                    gone.add(key)
                 else:
                     done[job] += rate * useful
                     ran = length
@@ -350,7 +351,6 @@ class SimulatedCluster(Backend):
                 if ran > held:
                     held = ran
             busy[column[wt]] += held * a.gpus
-            key = id(a)
             u = usage_of.get(key)
             if u is None or u.assignment is not a or u.seconds != held:
                 u = Usage(a, held)
