@@ -149,13 +149,14 @@ def build_policy_input(jobs: Sequence[JobState], steps_done: Mapping[str, float]
     prices = prices or {}
     return PolicyInput(
         worker_types=tuple(worker_types), counts=np.asarray(counts, dtype=float),
-        job_ids=tuple(j.id for j in jobs), throughputs=t.solo,
+        job_ids=tuple([j.id for j in jobs]), throughputs=t.solo,
         scale_factors=np.array([j.scale_factor for j in jobs], dtype=np.int64),
         weights=weights,
         prices=np.array([prices.get(wt, np.nan) for wt in worker_types], dtype=float),
-        entities=tuple(entity_of(j, share_by) for j in jobs),
+        entities=(tuple([j.entity for j in jobs]) if share_by == ENTITY     # entity_of's ENTITY case
+                  else tuple([entity_of(j, share_by) for j in jobs])),
         steps_remaining=np.array([j.total_steps - steps_done.get(j.id, 0.0) for j in jobs], dtype=float),
-        time_since_arrival=np.array([max(0.0, now - j.arrival_time) for j in jobs], dtype=float),
+        time_since_arrival=np.maximum(now - np.array([j.arrival_time for j in jobs], dtype=float), 0.0),
         slo=np.array([np.nan if j.slo is None else j.slo for j in jobs], dtype=float),
         unconsolidated_throughputs=t.unconsolidated, gpus_per_node=gpus_per_node,
         pair_jobs=t.pair_jobs, pair_throughputs=t.pair_throughputs,

@@ -193,12 +193,13 @@ class Ledger:
         self._since_reset.clear()
         self._owed_version += 1
         k = len(self.worker_types)
+        book, low = self._owed, -cap
         for row, seconds in owed:
-            acc = self._owed.get(row)
+            acc = book.get(row)
             if acc is None:
-                acc = self._owed[row] = [0.0] * k
-            for j, s in enumerate(seconds):
-                acc[j] = min(cap, max(-cap, acc[j] + float(s)))
+                acc = book[row] = [0.0] * k
+            new = [min(cap, max(low, v + float(s))) for v, s in zip(acc, seconds)]
+            acc[:len(new)] = new
 
     @property
     def jobs(self) -> set[str]:
@@ -226,7 +227,8 @@ class Ledger:
         k = len(self.worker_types)
         zero = [0.0] * k
         get = self._owed.get
-        flat = itertools.chain.from_iterable(get(row, zero) for row in rows)
+        # map, not a generator expression: no Python frame per row
+        flat = itertools.chain.from_iterable(map(get, rows, itertools.repeat(zero)))
         array = np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
         array.flags.writeable = False
         self._owed_seen = (rows, self._owed_version, array)
@@ -251,7 +253,7 @@ class Ledger:
         k = len(self.worker_types)
         zero = [0.0] * k
         get = self._since_reset.get
-        flat = itertools.chain.from_iterable(get(row, zero) for row in rows)
+        flat = itertools.chain.from_iterable(map(get, rows, itertools.repeat(zero)))
         return np.fromiter(flat, dtype=float, count=len(rows) * k).reshape(len(rows), k)
 
     def total(self, job: str) -> dict[str, float]:

@@ -398,7 +398,7 @@ class Allocation:
     def rows(self) -> tuple[tuple[str, ...], ...]:
         """The rows of X: each job alone, then each pair, as tuples of job ids."""
         ids = self.job_ids
-        return (tuple((job,) for job in ids)
+        return (tuple(zip(ids))                 # (job,) each
                 + tuple((ids[a], ids[b]) for a, b in self.pair_jobs.tolist()))
 
     @_frozen_cache

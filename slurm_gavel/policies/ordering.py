@@ -34,26 +34,37 @@ class Fifo:
     def allocate(self, inp: PolicyInput) -> Allocation:
         started = time.perf_counter()
         x = np.zeros((inp.n_jobs, inp.n_types))
-        free = inp.counts.astype(float).copy()
-        solo = inp.solo_throughputs
-        columns = np.arange(inp.n_types)
-        order = np.argsort(inp.arrival_order(), kind="stable")
+        # Plain Python floats over the few types: the per-job numpy calls
+        # (any, lexsort on 3-element arrays) cost far more than the work.
+        free = [float(c) for c in inp.counts]
+        solo = inp.solo_throughputs       # rows read one by one: the queue stops early
+        scales = inp.scale_factors.tolist()
+        types = range(inp.n_types)
+        order = np.argsort(inp.arrival_order(), kind="stable").tolist()
+        placed = set()
         for m in order:
-            s = inp.scale_factors[m]
-            room = free >= s
-            if not room.any():
+            s = scales[m]
+            row = solo[m].tolist()
+            best = None
+            roomy = False
+            for j in types:
+                f = free[j]
+                if f >= s:
+                    roomy = True
+                    t = row[j]
+                    # fastest, then most free GPUs, then first listed
+                    if t > 0 and (best is None or t > best_t or (t == best_t and f > best_f)):
+                        best, best_t, best_f = j, t, f
+            if not roomy:
                 break
-            usable = room & (solo[m] > 0)
-            if not usable.any():
+            if best is None:
                 continue
-            # fastest, then most free GPUs, then first listed
-            cand = columns[usable]
-            j = cand[np.lexsort((cand, -free[cand], -solo[m, cand]))[0]]
-            x[m, j] = 1.0
-            free[j] -= s
+            x[m, best] = 1.0
+            free[best] -= s
+            placed.add(m)
         x_pairs = np.zeros((inp.n_pairs, inp.n_types))
         if inp.n_pairs:
-            self._pack(inp, x, x_pairs, [m for m in order if not x[m].any()])
+            self._pack(inp, x, x_pairs, [m for m in order if m not in placed])
         return Allocation(inp.job_ids, inp.worker_types, x, self.name,
                           objective=float(x.sum() + 2 * x_pairs.sum()),
                           solve_seconds=time.perf_counter() - started,

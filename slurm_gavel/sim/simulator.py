@@ -18,6 +18,7 @@ results; `summarize()` turns them into the numbers the paper reports.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -136,6 +137,7 @@ class SimulatedCluster(Backend):
         self._next: tuple[int, TraceJob] | None = next(self._arrivals, None)
         self._last_arrival = -math.inf
         self.results: dict[str, JobResult] = {}
+        self._seconds_of: dict[str, dict[str, float]] = {}   # job -> its result's seconds per type
         self._active: dict[str, JobState] = {}
         self._jobs_view: tuple[JobState, ...] = ()
         self._done: dict[str, float] = {}                 # steps done, active jobs
@@ -244,6 +246,7 @@ class SimulatedCluster(Backend):
         self.results[job_id] = JobResult(job_id, job.job_type, job.scale_factor, float(job.total_steps),
                                          job.arrival_time, weight=job.priority_weight, slo=job.slo,
                                          seconds={wt: 0.0 for wt in self.worker_types})
+        self._seconds_of[job_id] = self.results[job_id].seconds
         if job.total_steps <= 0:      # nothing to run: done on arrival
             self._depart(job_id, job.arrival_time)
 
@@ -263,6 +266,7 @@ class SimulatedCluster(Backend):
         self._rate.pop(job_id, None)
         self._type.pop(job_id, None)
         self._finish_at.pop(job_id, None)
+        self._seconds_of.pop(job_id, None)
         self._departures.append(Departure(job_id, t))
 
     def _rates(self, a: Assignment) -> tuple[float, ...]:
@@ -302,7 +306,7 @@ class SimulatedCluster(Backend):
             self._round = None
         end = min(end, now)
         length = end - start
-        active, done, rates, results = self._active, self._done, self._rate, self.results
+        active, done, rates, seconds_of = self._active, self._done, self._rate, self._seconds_of
         ckpt_left, column = self._ckpt_left, self._column
         busy = [0.0] * len(self.worker_types)
         usage = self._usage
@@ -314,16 +318,20 @@ class SimulatedCluster(Backend):
         for a in self._running:
             held = 0.0
             wt = a.worker_type
+            key = id(a)
             if measure:
                 made = {}
             for job in a.jobs:
                 state = active.get(job)
                 if state is None:
-                    gone.add(id(a))
+                    gone.add(key)
                     continue
                 cost = ckpt_left.get(job, 0.0) if ckpt_left else 0.0
                 if cost:
-                    ckpt_left[job] = cost - length if cost > length else 0.0
+                    if cost > length:
+                        ckpt_left[job] = cost - length
+                    else:             # paid: dropped, so that the dict empties within the round
+                        del ckpt_left[job]
                 rate = rates.get(job, 0.0)
                 if measure:
                     made[job] = rate
@@ -332,18 +340,17 @@ class SimulatedCluster(Backend):
                 if rate > 0 and left <= rate * useful:
                     ran = cost + left / rate
                     done[job] = state.total_steps
-                    results[job].seconds[wt] += ran
+                    seconds_of[job][wt] += ran
                     self._depart(job, start + ran)
                     departed = True
-                    gone.add(id(a))
+                    gone.add(key)
                 else:
                     done[job] += rate * useful
                     ran = length
-                    results[job].seconds[wt] += ran
+                    seconds_of[job][wt] += ran
                 if ran > held:
                     held = ran
             busy[column[wt]] += held * a.gpus
-            key = id(a)
             u = usage_of.get(key)
             if u is None or u.assignment is not a or u.seconds != held:
                 u = Usage(a, held)
@@ -498,6 +505,7 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
     """
     index: dict[str, int] = {}             # job -> its row of `target`
     parts = []
+    last_ids, last_rows = None, None       # consecutive allocations mostly name the same jobs
     for i, (_, t0, alloc, _) in enumerate(allocations):
         t1 = allocations[i + 1][1] if i + 1 < len(allocations) else end
         span = t1 - t0
@@ -508,7 +516,12 @@ def allocation_gap(allocations, results: Mapping[str, JobResult], end: float) ->
             np.add.at(x, alloc.pair_jobs[:, 0], alloc.x_pairs)
             np.add.at(x, alloc.pair_jobs[:, 1], alloc.x_pairs)
         x *= span
-        parts.append(([index.setdefault(job, len(index)) for job in alloc.job_ids], x))
+        if alloc.job_ids != last_ids:
+            last_ids = alloc.job_ids
+            # which row a job gets does not matter (each row sums its own job's parts)
+            index.update(zip(set(last_ids).difference(index), itertools.count(len(index))))
+            last_rows = list(map(index.__getitem__, last_ids))
+        parts.append((last_rows, x))
     target = np.zeros((len(index), parts[0][1].shape[1] if parts else 0))
     for rows, x in parts:            # an allocation names each job once
         target[rows] += x
