@@ -13,7 +13,7 @@ progress files each job's iterator writes (read through `UserFiles`: users own t
 
 `Crediting` holds this state for `SlurmBackend`: `_running`, `_usage`, `_departures`,
 `_last_poll`, `_credited_until`, `_unreconciled`, `_gone_since`, `_progress`,
-`_progress_runs`.
+`_progress_runs`, `_progress_paths`.
 """
 from __future__ import annotations
 
@@ -246,8 +246,13 @@ class Crediting:
                                       "unknown here, so its files cannot be checked")
                 continue
             # an array task writes under its name (35_2) or, from an old iterator, its Slurm id
-            names = [state.id] + ([j.slurm_id] if j.slurm_id not in ('', state.id) else [])
-            paths = [str(p) for n in names for p in candidate_paths(n, j.work_dir or None, self.progress_dir)]
+            where = (j.slurm_id, j.work_dir, self.progress_dir)
+            cached_paths = self._progress_paths.get(state.id)
+            if cached_paths is None or cached_paths[0] != where:     # worked out once per job
+                names = [state.id] + ([j.slurm_id] if j.slurm_id not in ('', state.id) else [])
+                cached_paths = self._progress_paths[state.id] = (where, [
+                    str(p) for n in names for p in candidate_paths(n, j.work_dir or None, self.progress_dir)])
+            paths = cached_paths[1]
             wanted[state.id] = paths
             run = (j.running, j.restarts)
             if j.running or self._progress_runs.get(state.id) != run:
@@ -271,6 +276,7 @@ class Crediting:
             if any(p not in tails and p not in refused for p in wanted[job_id]):
                 self._progress_runs.pop(job_id, None)
         self._progress_runs = {job: r for job, r in self._progress_runs.items() if job in self._jobs}
+        self._progress_paths = {job: p for job, p in self._progress_paths.items() if job in self._jobs}
         kept = {p for paths in wanted.values() for p in paths}
         self._progress = {p: v for p, v in self._progress.items() if p in kept}   # jobs gone
         for job_id, paths in wanted.items():
