@@ -6,8 +6,13 @@ first: AdminComment="..." arrived with its quotes), so the comments go as one ca
 comment for all its jobs, beside the lines; checked on the real local Slurm."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from slurm_gavel.core.clock import WallClock
+from slurm_gavel.core.plan import Assignment, RoundPlan
+from slurm_gavel.slurm.backend import SlurmBackend
 from slurm_gavel.slurm.commands import SlurmCLI
 
 
@@ -59,3 +64,30 @@ def test_a_value_with_a_quote_is_still_its_own_call(cluster, tmp_path):
     assert cli.update_each([(jobs[0], {"AdminComment": odd}), (jobs[1], {"NodeList": "p100-0"})]) == {}
     assert cli.commands["scontrol update"] == 1 and cli.commands["scontrol"] == 1, cli.commands
     assert f"AdminComment={odd}" in cluster.run(["scontrol", "-o", "show", "job", jobs[0]]).stdout
+
+
+def test_a_rounds_starts_cost_as_many_commands_at_2_as_at_6_jobs(cluster, tmp_path):
+    """Through the backend: held jobs that show a hold status (their AdminComment), started
+    2 then 6 in a round, cost the same commands (lines, one comment call, one release)."""
+    cli = SlurmCLI(env=cluster.env)
+    backend = SlurmBackend(cli, WallClock(), grace_seconds=30.0)
+    jobs = [cluster.run(["sbatch", "--parsable", "-o", "/dev/null", "-p", "v100", "--comment",
+                         "gavel model=convnet", "--gres=gpu:1", "--wrap", "sleep 300"],
+                        env=cluster.env, cwd=tmp_path).stdout.strip().split(";")[0] for _ in range(8)]
+    backend.observe()
+    backend.show_holds({job: "waiting for its round" for job in jobs}, limit=50)
+    backend.observe()
+    assert all("held by slurm-gavel" in backend._jobs[j].admin_comment for j in jobs)
+    acting = {}
+    for number, batch in ((1, jobs[:2]), (2, jobs[2:])):
+        starts = [Assignment((job,), "v100", ((f"v100-{i % 2}", 1),)) for i, job in enumerate(batch)]
+        before = dict(cli.commands)
+        backend.execute(RoundPlan(number, tuple(starts), (), tuple(starts), ()), time.time() + 60)
+        acting[len(batch)] = {c: n - before.get(c, 0) for c, n in cli.commands.items()
+                              if c not in ("squeue", "sinfo", "scontrol show") and n != before.get(c, 0)}
+        backend.observe()
+    assert acting[2] == acting[6], acting
+    assert sum(acting[6].values()) <= 3, acting
+    for job in jobs:
+        info = cluster.run(["scontrol", "-o", "show", "job", job]).stdout
+        assert "held by slurm-gavel" not in info, info
