@@ -19,6 +19,7 @@ changes under 10 s.  Needs root, Slurm and MUNGE (as the tests do).
     python bench/daemon_round.py              # 500 jobs, 4 rounds
     python bench/daemon_round.py --jobs 200 --rounds 3
     python bench/daemon_round.py --types v100=5x8,p100=5x8,k80=5x8 --gpus 1   # >100 changes a round
+    python bench/daemon_round.py --types v100=5x8,p100=5x8,k80=5x8 --gpus 1 --status-first   # starts drop a status
 """
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ def main() -> int:
     parser.add_argument("--types", default="v100=2x4,p100=2x4,k80=2x4",
                         help="GPU types as NODESxGPUS (default: %(default)s)")
     parser.add_argument("--gpus", default="1,2", help="GPUs per job, cycled (default: %(default)s)")
+    parser.add_argument("--status-first", action="store_true",
+                        help="write a hold status into every job's AdminComment before round 0, as "
+                             "a daemon that has run a while has: each start then drops it")
     args = parser.parse_args()
     why = unavailable_reason()
     if why:
@@ -106,6 +110,10 @@ def main() -> int:
                   f"{'plan s':>7} {'enforce s':>10} {'changes':>8} {'record s':>9} "
                   f"{'started':>7} {'preempted':>9} {'acting calls':>12} {'update RPCs':>11}")
             counted = getattr(cli, "commands", None)      # SlurmCLI.commands (processes per command)
+            if args.status_first:
+                backend.observe()
+                backend.show_holds({job: "waiting for its round" for job in backend._jobs},
+                                   limit=args.jobs)
             for r in range(args.rounds):
                 timer.spent.clear()
                 before = engine.allocator.solve_seconds

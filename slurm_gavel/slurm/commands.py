@@ -559,19 +559,32 @@ class SlurmCLI:
         a time, 0.3-0.9 s as four processes of 50 lines; 22.05 refuses a list of ids with
         NodeList=, and so do 24.11 and 26.05).  A line Slurm refuses names its job ("... for
         job 12"); that job, every job of a process whose failure names none of them (or that
-        timed out), and an update with a space in a value (a status comment: one word per
-        value on a line) are each done on their own (`update`, as before: a partition change
-        tried again while the refusal is transient), so a failure is that job's own error."""
+        timed out), and an update with a space in another value than AdminComment (one word
+        per value on a line) are each done on their own (`update`, as before: a partition
+        change tried again while the refusal is transient), so a failure is that job's own
+        error.  An AdminComment with blanks (a start drops the hold status from it) goes in
+        one call per comment for all its jobs (`_update_comments`), not one per job: 1,000
+        starts were ~1,000 processes."""
         updates = [(job_ids([job])[0], dict(fields)) for job, fields in updates]
         if not updates:
             return {}
         lines, alone = [], []
+        comments: dict[str, list[str]] = {}     # an AdminComment with blanks -> its jobs
         for job, fields in updates:
-            words = [f"jobid={job}", *update_pairs(fields)]
+            rest = dict(fields)
+            comment = next((k for k, v in fields.items() if k.lower() == "admincomment"
+                            and not _LINE_WORD.match(str(v))), None)
+            if comment is not None:
+                update_pairs({comment: fields[comment]})      # checked before any call
+                comments.setdefault(fields[comment], []).append(job)
+                del rest[comment]
+            words = [f"jobid={job}", *update_pairs(rest)]
+            if not rest:
+                continue
             if all(_LINE_WORD.match(w) for w in words):
-                lines.append((job, fields, "update " + " ".join(words) + "\n"))
+                lines.append((job, rest, "update " + " ".join(words) + "\n"))
             else:
-                alone.append((job, fields))
+                alone.append((job, rest))
         size = max(1, int(self.chunk))
         batches = [lines[i:i + size] for i in range(0, len(lines), size)]
         def batch(items) -> tuple[list[tuple[str, dict]], SlurmUnreachable | None]:
@@ -610,7 +623,39 @@ class SlurmCLI:
             for job, error in pool.map(one, again + alone):
                 if error is not None:
                     failures[job] = error
+            failures.update(self._update_comments(comments, set(failures), pool))
         return failures
+
+    def _update_comments(self, comments: Mapping[str, list[str]], failed: set[str],
+                         pool: ThreadPoolExecutor) -> dict[str, SlurmCommandError]:
+        """`update_each`'s AdminComments with blanks (a line would split them: 22.05 keeps a
+        line's quotes in the value): one call per comment and `chunk` of its jobs (a list
+        of ids takes AdminComment), after the jobs' other fields took (a refused start keeps
+        its status); a call that failed is done again job by job, each failure its own."""
+        calls = [(value, ids[i:i + max(1, int(self.chunk))])
+                 for value, jobs in comments.items()
+                 for ids in [[j for j in jobs if j not in failed]] if ids
+                 for i in range(0, len(ids), max(1, int(self.chunk)))]
+
+        def grouped(call):
+            value, ids = call
+            try:
+                self.update(ids, AdminComment=value)
+            except SlurmCommandError as e:
+                return call, e
+            return call, None
+
+        def alone(item):
+            job, value = item
+            try:
+                self.update([job], AdminComment=value)
+            except SlurmCommandError as e:
+                return job, e
+            return job, None
+
+        redo = [(job, value) for (value, ids), error in pool.map(grouped, calls)
+                if error is not None for job in ids]
+        return {job: e for job, e in pool.map(alone, redo) if e is not None}
 
 
 class Backoff:

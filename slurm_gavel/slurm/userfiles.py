@@ -21,11 +21,13 @@ of this works:
   swap between the two looks;
 - at most the last `TAIL_BYTES` are read (enough for the newest records).
 
-`UserFiles` adds the time bound: every read runs in a thread of its own and the
+`UserFiles` adds the time bound: the reads run in a few threads of their own (`_Readers`:
+``workers`` of them, not one per file, which cost ~1 s a poll at 5,000 jobs) and the
 daemon waits for all of a round's reads together at most ``timeout`` seconds, so
 a hung network filesystem costs those jobs their progress report, not the round
-(a read still stuck is not started again until it returns).  A refused file costs
-its job its progress report and one log line per `log_every` seconds.
+(a read still stuck is not started again until it returns; a thread stuck in one is
+replaced, up to `MAX_READERS`, so hung files do not starve the others).  A refused file
+costs its job its progress report and one log line per `log_every` seconds.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import errno
 import logging
 import os
 import pwd
+import queue
 import stat
 import threading
 import time
@@ -44,6 +47,8 @@ from ..core.display import printable
 log = logging.getLogger("slurm_gavel.userfiles")
 
 TAIL_BYTES = 64 * 1024
+READERS = 4           # threads that read users' files
+MAX_READERS = 32      # with the ones stuck in a hung read
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symlink"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"))
@@ -132,26 +137,71 @@ def user_uid(user: str) -> int | None:
         return None
 
 
-class _Read(threading.Thread):
+class _Read:
+    """One file to read: done once the read returned (or raised)."""
+
     def __init__(self, path, kwargs):
-        super().__init__(name=f"read {path}", daemon=True)   # never holds up the exit
         self.path, self.kwargs = path, kwargs
+        self.done = threading.Event()
         self.result: Tail | None = None
         self.error: Exception | None = None
+
+    def is_alive(self) -> bool:
+        return not self.done.is_set()
 
     def run(self):
         try:
             self.result = read_tail(self.path, **self.kwargs)
         except Exception as e:            # handed to the caller, who logs it
             self.error = e
+        finally:
+            self.done.set()
+
+
+class _Readers:
+    """`workers` daemon threads taking reads from a queue; one busy in a read for
+    `stuck_after` s counts as stuck and another is started beside it (at most `cap` in all)."""
+
+    def __init__(self, workers: int, stuck_after: float, cap: int = MAX_READERS):
+        self.workers, self.stuck_after, self.cap = workers, stuck_after, max(cap, workers)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._busy: dict[int, float] = {}           # thread ident -> when its read began
+
+    def submit(self, read: _Read) -> None:
+        self._queue.put(read)
+        self.grow()
+
+    def grow(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            stuck = sum(1 for began in self._busy.values() if now - began >= self.stuck_after)
+            while len(self._threads) - stuck < self.workers and len(self._threads) < self.cap:
+                t = threading.Thread(target=self._work, name=f"gavel-reader-{len(self._threads)}",
+                                     daemon=True)          # never holds up the exit
+                self._threads.append(t)
+                t.start()
+
+    def _work(self) -> None:
+        me = threading.get_ident()
+        while True:
+            read = self._queue.get()
+            with self._lock:
+                self._busy[me] = time.monotonic()
+            read.run()
+            with self._lock:
+                self._busy.pop(me, None)
 
 
 class UserFiles:
     """`read_tail` for many files at once, bounded in time, with rate-limited logging."""
 
     def __init__(self, timeout: float = 2.0, max_bytes: int = TAIL_BYTES, log_every: float = 600.0,
-                 clock=time.monotonic):
+                 clock=time.monotonic, workers: int = READERS):
         self.timeout, self.max_bytes, self.log_every, self.clock = timeout, max_bytes, log_every, clock
+        # a read of a local or healthy NFS file takes microseconds: a quarter of the wait is stuck
+        self._readers = _Readers(workers, stuck_after=timeout / 4)
         self._stuck: dict[str, _Read] = {}
         self._logged: dict[str, float] = {}
         self._uids: dict[str, tuple[int | None, float]] = {}    # user -> (uid, looked up at)
@@ -169,7 +219,7 @@ class UserFiles:
         """{path: read_tail keyword arguments} -> {path: Tail or None}; a path that was
         refused, failed or did not answer within `timeout` is left out (and logged)."""
         now = self.clock()
-        deadline = now + self.timeout
+        deadline = time.monotonic() + self.timeout    # real time, whatever clock logs use
         # forget what no longer matters: finished reads of paths not asked for, old log times
         self._stuck = {p: r for p, r in self._stuck.items() if p in requests or r.is_alive()}
         self._logged = {k: t for k, t in self._logged.items() if now - t < self.log_every}
@@ -178,12 +228,15 @@ class UserFiles:
             r = self._stuck.get(path)
             if r is None:
                 r = _Read(path, {"max_bytes": self.max_bytes, **kwargs})
-                r.start()
+                self._readers.submit(r)
             reads[path] = r
         out = {}
         self.refused = {}
         for path, r in reads.items():
-            r.join(max(0.0, deadline - self.clock()))
+            while not r.done.wait(max(0.0, min(deadline - time.monotonic(), self._readers.stuck_after))):
+                if time.monotonic() >= deadline:
+                    break
+                self._readers.grow()          # a reader stuck in a hung file: start another
             if r.is_alive():
                 self._stuck[path] = r
                 self.warn(path, f"{path}: not read within {self.timeout:g} s (a hung filesystem?)")

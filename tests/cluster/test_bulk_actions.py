@@ -139,10 +139,12 @@ def test_a_round_that_changes_nothing_costs_no_slurm_command_and_changes_cost_pe
     assert update_rpcs(cluster) - rpcs == 12 and cli.commands["scontrol update"] == before_calls
     rpcs = update_rpcs(cluster)
 
-    # two of the queue start on v100-1: two updates and one release, whatever the queue's length
+    # two of the queue start on v100-1: their updates as lines of one scontrol, their status
+    # dropped in one call (the same flags) and one release, whatever the queue's length
     two = [Assignment((job,), "v100", (("v100-1", 1),)) for job in queue[:2]]
     before = dict(cli.commands)
     backend.execute(_plan(5, keep=first, start=two), time.time() + 60)
-    assert cli.commands["scontrol update"] - before.get("scontrol update", 0) == 2, cli.commands
-    assert update_rpcs(cluster) - rpcs == 4      # release is an update RPC too: 2 per start
+    assert cli.commands["scontrol update"] - before.get("scontrol update", 0) == 1, cli.commands
+    assert cli.commands["scontrol"] - before.get("scontrol", 0) == 1, cli.commands
+    assert update_rpcs(cluster) - rpcs == 6      # per start: its update, its comment, its release
     assert cli.commands["scontrol release"] - before.get("scontrol release", 0) == 1, cli.commands

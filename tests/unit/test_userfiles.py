@@ -194,3 +194,60 @@ def test_a_refused_file_is_logged_once_per_period_with_its_name_escaped(tmp_path
     lines = [r.getMessage() for r in caplog.records if r.name == "slurm_gavel.userfiles"]
     assert len(lines) == 2
     assert all("\x1b" not in line and "\x07" not in line and "\\x1b" in line for line in lines)
+
+
+def test_many_files_are_read_by_a_few_threads(tmp_path, monkeypatch):
+    """A round of 200 files runs at most `workers` reads at once (once a thread per file)."""
+    d = gavel_dir(tmp_path)
+    paths = {}
+    for i in range(200):
+        append_record(d / f"{i}.jsonl", record(i))
+        paths[str(d / f"{i}.jsonl")] = {}
+    real = userfiles.read_tail
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def counted(path, **kw):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            time.sleep(0.001)
+            return real(path, **kw)
+        finally:
+            with lock:
+                now[0] -= 1
+    monkeypatch.setattr(userfiles, "read_tail", counted)
+    before = threading.active_count()
+    files = UserFiles(timeout=5, workers=4)
+    got = files.read_all(paths)
+    assert sorted(got) == sorted(paths) and all(got.values())
+    assert most[0] <= 4, most[0]
+    assert threading.active_count() - before <= 4
+
+
+def test_hung_reads_do_not_starve_the_other_files(tmp_path, monkeypatch):
+    """As many hung reads as workers: the next round's other files are still read (a worker
+    stuck past the timeout is replaced), and the hung ones are not started again."""
+    d = gavel_dir(tmp_path)
+    for i in range(6):
+        append_record(d / f"{i}.jsonl", record(i))
+    release = threading.Event()
+    calls = []
+    real = userfiles.read_tail
+
+    def hanging(path, **kw):
+        calls.append(str(path))
+        if str(path).endswith(("0.jsonl", "1.jsonl")):
+            release.wait(30)
+        return real(path, **kw)
+    monkeypatch.setattr(userfiles, "read_tail", hanging)
+    files = UserFiles(timeout=0.3, workers=2)
+    hung = {str(d / "0.jsonl"): {}, str(d / "1.jsonl"): {}}
+    assert files.read_all(hung) == {}
+    others = {str(d / f"{i}.jsonl"): {} for i in range(2, 6)}
+    began = time.monotonic()
+    got = files.read_all({**hung, **others})
+    assert time.monotonic() - began < 1.0
+    assert sorted(got) == sorted(others)
+    assert calls.count(str(d / "0.jsonl")) == 1 and calls.count(str(d / "1.jsonl")) == 1
+    release.set()

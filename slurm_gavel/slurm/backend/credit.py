@@ -12,7 +12,8 @@ last run stopped crediting is credited.  Steps done and measured speeds come fro
 progress files each job's iterator writes (read through `UserFiles`: users own them).
 
 `Crediting` holds this state for `SlurmBackend`: `_running`, `_usage`, `_departures`,
-`_last_poll`, `_credited_until`, `_unreconciled`, `_gone_since`, `_progress`.
+`_last_poll`, `_credited_until`, `_unreconciled`, `_gone_since`, `_progress`,
+`_progress_runs`, `_progress_paths`.
 """
 from __future__ import annotations
 
@@ -225,12 +226,16 @@ class Crediting:
         """Steps done, measured steps/s and time lost to stops of each job, from the progress
         files its iterator writes.  Users control those files: they are read through `UserFiles` (regular files
         owned by the job's user only, no symlinks, a bounded tail, a bounded wait; a refused
-        file is logged and costs its job its report); a file is parsed only when it changed."""
+        file is logged and costs its job its report); a file is parsed only when it changed.
+        Only a job that runs, or whose run changed since its last read (it stopped, was
+        requeued, or is new to this daemon), has its files read: a waiting job writes
+        nothing, so its last report is kept and a quiet poll's reads do not grow with the queue."""
         done: dict[str, float] = {}
         lost: dict[str, float] = {}
         seen: list[Measurement] = []
         wanted: dict[str, list] = {}
         requests: dict[str, dict] = {}
+        read: set[str] = set()
         for state in states:
             j = self._jobs.get(state.id)
             if j is None:
@@ -241,30 +246,55 @@ class Crediting:
                                       "unknown here, so its files cannot be checked")
                 continue
             # an array task writes under its name (35_2) or, from an old iterator, its Slurm id
-            names = [state.id] + ([j.slurm_id] if j.slurm_id not in ('', state.id) else [])
-            paths = [str(p) for n in names for p in candidate_paths(n, j.work_dir or None, self.progress_dir)]
+            where = (j.slurm_id, j.work_dir, self.progress_dir)
+            cached_paths = self._progress_paths.get(state.id)
+            if cached_paths is None or cached_paths[0] != where:     # worked out once per job
+                names = [state.id] + ([j.slurm_id] if j.slurm_id not in ('', state.id) else [])
+                cached_paths = self._progress_paths[state.id] = (where, [
+                    str(p) for n in names for p in candidate_paths(n, j.work_dir or None, self.progress_dir)])
+            paths = cached_paths[1]
             wanted[state.id] = paths
-            for i, path in enumerate(paths):
-                # the configured spool is the admin's (may be reached through a symlink)
-                requests[path] = {"owner_uid": uid, "trusted_dir": bool(self.progress_dir) and i == 0}
+            run = (j.running, j.restarts)
+            if j.running or self._progress_runs.get(state.id) != run:
+                read.add(state.id)
+                self._progress_runs[state.id] = run
+                for i, path in enumerate(paths):
+                    # the configured spool is the admin's (may be reached through a symlink)
+                    requests[path] = {"owner_uid": uid, "trusted_dir": bool(self.progress_dir) and i == 0}
         tails = self._user_files.read_all(requests)
         refused = self._user_files.refused
         # a job none of whose files could be read, for a reason its owner can fix: said in gqueue
+        # (a job not read this poll keeps what its last read said)
         self._progress_refused = {
-            job_id: "no progress reports: " + next(refused[p] for p in paths if p in refused)
+            job_id: (self._progress_refused.get(job_id) if job_id not in read else
+                     "no progress reports: " + next(refused[p] for p in paths if p in refused))
             for job_id, paths in wanted.items()
-            if not any(tails.get(p) for p in paths) and any(p in refused for p in paths)}
-        self._progress = {p: v for p, v in self._progress.items() if p in requests}   # jobs gone
+            if (job_id not in read and job_id in self._progress_refused) or (
+                job_id in read and not any(tails.get(p) for p in paths)
+                and any(p in refused for p in paths))}
+        for job_id in read:          # a read that did not answer in time: tried again next poll
+            if any(p not in tails and p not in refused for p in wanted[job_id]):
+                self._progress_runs.pop(job_id, None)
+        self._progress_runs = {job: r for job, r in self._progress_runs.items() if job in self._jobs}
+        self._progress_paths = {job: p for job, p in self._progress_paths.items() if job in self._jobs}
+        kept = {p for paths in wanted.values() for p in paths}
+        self._progress = {p: v for p, v in self._progress.items() if p in kept}   # jobs gone
         for job_id, paths in wanted.items():
             j = self._jobs[job_id]
             for path in paths:
-                tail = tails.get(path)
-                if tail is None:
-                    continue
-                cached = self._progress.get(path)
-                if cached is None or cached[0] != tail.key:
-                    cached = (tail.key, summary(parse_records(tail.data, torn_start=tail.truncated)))
-                    self._progress[path] = cached
+                if job_id in read:
+                    tail = tails.get(path)
+                    if tail is None:
+                        self._progress.pop(path, None)    # gone, refused or not answered
+                        continue
+                    cached = self._progress.get(path)
+                    if cached is None or cached[0] != tail.key:
+                        cached = (tail.key, summary(parse_records(tail.data, torn_start=tail.truncated)))
+                        self._progress[path] = cached
+                else:
+                    cached = self._progress.get(path)     # its last read's
+                    if cached is None:
+                        continue
                 info = cached[1]
                 if info is None:
                     continue

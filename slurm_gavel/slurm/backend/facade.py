@@ -111,6 +111,8 @@ class SlurmBackend(Looking, Crediting, Holding, Stopping, Starting, Pairing, Pai
         self._progress: dict[str, tuple] = {}          # path -> (file key, summary)
         self._user_files = UserFiles()                 # users' files: safe, bounded reads
         self._progress_refused: dict[str, str] = {}    # job -> why it has no progress report
+        self._progress_runs: dict[str, tuple] = {}     # job -> (running, restarts) at its last read
+        self._progress_paths: dict[str, tuple] = {}    # job -> (where, its candidate paths)
 
         # looks.py: whether a tick needs the full poll
         self._seen: dict[str, str] | None = None       # job -> state, as the last look read it
