@@ -20,7 +20,7 @@ from tests.support.inputs import assert_feasible, make_input
 
 def routes():
     fast, slow = Hierarchical(), Hierarchical()
-    slow.use_direct = False
+    fast.use_direct, slow.use_direct = True, False
     return fast, slow
 
 
@@ -148,6 +148,8 @@ def test_a_failed_direct_solve_falls_back_to_cvxpy(failing_highs):
 def test_space_sharing_takes_the_shortcut_before_pruning_pairs(monkeypatch):
     """Through `WithPairs` (--space-sharing) the shortcut is tried on every pair, before pruning."""
     from slurm_gavel.policies import make_policy, space_sharing
+
+    monkeypatch.setattr(Hierarchical, "use_direct", True)
 
     rng = np.random.default_rng(4)
     inp = hierarchical_input(rng, 6, 2, pairs=6, tight=False)
