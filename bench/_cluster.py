@@ -7,7 +7,6 @@ line of a list of timings.
 """
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 import time
@@ -54,15 +53,9 @@ def local_cluster(directory: Path, types: Mapping[str, tuple[int, int]],
         cluster.down()
 
 
-_RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M)
-
-
 def rpcs(cluster: DevCluster) -> dict[str, tuple[int, int]]:
     """slurmctld's RPCs so far by message type (sdiag): name -> (count, total microseconds)."""
-    out = cluster.run(["sdiag"]).stdout
-    by_type = out.split("Remote Procedure Call statistics by message type", 1)[-1]
-    by_type = by_type.split("Remote Procedure Call statistics by user", 1)[0]
-    return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _RPC_LINE.finditer(by_type)}
+    return cluster.rpcs()
 
 
 class Phases:

@@ -53,6 +53,9 @@ _BAD_PATH_CHARS = set(" \t\n#,=[]\"'\\")
 
 
 # -- the cluster ------------------------------------------------------------------
+# one line of sdiag's statistics by message type
+_RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M)
+
 class DevCluster:
     """A local Slurm cluster under `directory`: see the module docstring."""
 
@@ -158,6 +161,14 @@ class DevCluster:
             said = one_line(result.stderr or result.stdout or "") or "no output"
             raise DevClusterError(f"`{shlex.join(args)}` failed (exit {result.returncode}): {said}")
         return result
+
+    def rpcs(self) -> dict[str, tuple[int, int]]:
+        """slurmctld's RPCs so far by message type (sdiag): name -> (count, total microseconds).
+        The tests and benches that count what a round costs slurmctld read it here."""
+        out = self.run(["sdiag"]).stdout
+        by_type = out.split("Remote Procedure Call statistics by message type", 1)[-1]
+        by_type = by_type.split("Remote Procedure Call statistics by user", 1)[0]
+        return {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _RPC_LINE.finditer(by_type)}
 
     # files
     def write_config(self, version: tuple[int, ...] = MIN_VERSION):

@@ -325,6 +325,15 @@ def _bottlenecked(model: _Model, floor, candidates):
     return remaining, (first if first is not None else np.zeros_like(floor)), residual
 
 
+def freeze_least(stuck: np.ndarray, active: np.ndarray, first: np.ndarray,
+                 tol: float = TOL) -> tuple[np.ndarray, float]:
+    """An iteration where no active job is bottlenecked (only solver noise gets there, on
+    either route): `stuck` with the active jobs that could rise least (within `tol`) frozen
+    too, so the loop ends, and that least rise (`first`: each job's possible rise)."""
+    least = np.where(active, first, np.inf)
+    return stuck | (active & (least <= least.min() + tol)), float(least.min())
+
+
 def water_fill(inp, job_weights, use_shortcut: bool = True) -> Filled | None:
     """The hierarchical policy's allocation of `inp`; `job_weights(inp, frozen)` as in Hierarchical.
 
@@ -381,12 +390,9 @@ def water_fill(inp, job_weights, use_shortcut: bool = True) -> Filled | None:
         stuck, first, residual = found
         stuck = stuck | certified
         tolerance = max(tolerance, residual)
-        if not (stuck & active).any():
-            # Only solver noise can get here (hierarchical.py, Numerics):
-            # freeze the active jobs that could rise least, so the loop ends.
-            least = np.where(active, first, np.inf)
-            stuck |= active & (least <= least.min() + TOL)
-            tolerance = max(tolerance, float(least.min()))
+        if not (stuck & active).any():     # only solver noise (hierarchical.py, Numerics)
+            stuck, least = freeze_least(stuck, active, first)
+            tolerance = max(tolerance, least)
             uncertified += 1
         frozen |= stuck
         history.append({

@@ -332,12 +332,9 @@ class Hierarchical:
                                    current + SLACK)
             stuck, first, residual = self._bottlenecked(c, floor, ~frozen)
             tolerance = max(tolerance, residual)
-            if not (stuck & active).any():
-                # Only solver noise can get here (see Numerics):
-                # freeze the active jobs that could rise least, so the loop ends.
-                least = np.where(active, first, np.inf)
-                stuck |= active & (least <= least.min() + TOL)
-                tolerance = max(tolerance, float(least.min()))
+            if not (stuck & active).any():     # only solver noise (see Numerics)
+                stuck, least = filling.freeze_least(stuck, active, first, TOL)
+                tolerance = max(tolerance, least)
                 uncertified += 1
             frozen |= stuck
             history.append({

@@ -6,7 +6,6 @@ commands (counted by the backend's `SlurmCLI`) and slurmctld's RPCs (sdiag) are 
 with 4 queued jobs and with 40."""
 from __future__ import annotations
 
-import re
 
 import pytest
 
@@ -21,15 +20,9 @@ BACKGROUND = ("MESSAGE_NODE_REGISTRATION_STATUS", "REQUEST_STATS_INFO", "MESSAGE
               "REQUEST_COMPLETE_PROLOG")
 
 
-_RPC_LINE = re.compile(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", re.M)
-
-
 def rpcs(cluster) -> dict[str, int]:
     """slurmctld's RPCs so far by message type (sdiag's statistics by message type)."""
-    out = cluster.run(["sdiag"]).stdout
-    by_type = out.split("Remote Procedure Call statistics by message type", 1)[-1]
-    by_type = by_type.split("Remote Procedure Call statistics by user", 1)[0]
-    return {m.group(1): int(m.group(2)) for m in _RPC_LINE.finditer(by_type)}
+    return {name: count for name, (count, _) in cluster.rpcs().items()}
 
 
 @pytest.fixture
